@@ -1,0 +1,212 @@
+// The typed, immutable configuration tree: what the loader (config/loader.hh) produces from an nginx-syntax
+// file and what every loop reads. Built once (by `kosoku -t`, `make image` and at start), never mutated after.
+// Every field holds its *effective* value: the loader merges each directive down from main → http → server →
+// location and applies nginx's default in the same step, so readers never look at parents.
+// Durations are milliseconds, sizes are bytes.
+#pragma once
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+
+namespace re2 {
+class RE2;
+}
+
+namespace kosoku::config {
+
+/// Where a directive or token came from; printed as `file:line:col`.
+struct SourceLoc {
+  std::string file;
+  int line = 0;
+  int col = 0;
+};
+
+/// `aio io_uring[=NAME] | threads[=NAME] | off;` (http, server, location).
+enum class AioMode { kIoUring, kThreads, kOff };
+
+/// `disk_queue NAME [depth=N] [max_queue=M];` (main). `depth`: tasks in flight at once per core;
+/// `max_queue`: tasks waiting beyond depth before new ones are refused (503 + log line). "default" always exists.
+struct DiskQueueConf {
+  std::string name;
+  uint32_t depth = 64;
+  uint32_t max_queue = 65536;
+};
+
+/// `listen ADDR:PORT [default_server] [reuseport] [backlog=N];` (server). Default `*:80` (nginx: 80 as root).
+struct ListenConf {
+  sockaddr_storage addr{};  // AF_INET or AF_INET6, port in network order
+  socklen_t addr_len = 0;
+  std::string text;         // as written, normalised "ADDR:PORT", for logs and stats
+  bool default_server = false;
+  bool reuseport = false;
+  int backlog = 511;
+};
+
+/// A `allow`/`deny` rule (http, server, location), evaluated in order; first match wins; no match → allow.
+struct AccessRule {
+  bool allow = true;
+  bool all = false;       // `all`: matches every address
+  int family = AF_INET;   // AF_INET or AF_INET6
+  uint8_t addr[16] = {};  // network order, masked
+  int prefix = 0;         // CIDR prefix length in bits
+};
+
+/// `add_header NAME VALUE [always];` value may contain variables ($uri ...).
+struct AddHeader {
+  std::string name;
+  std::string value;
+  bool always = false;
+};
+
+/// `return CODE [TEXT|URL];` / `return URL;` (server, location).
+struct ReturnConf {
+  int code = 0;          // 0: no return directive
+  std::string text;      // body text or redirect URL; may contain variables
+};
+
+/// `access_log off | PATH [FORMAT];` FORMAT names a `log_format` (default "combined").
+struct AccessLogConf {
+  std::string path;
+  std::string format = "combined";
+};
+
+/// `open_file_cache off | max=N [inactive=T];` + `open_file_cache_valid T` (60 s) + `_min_uses N` (1) +
+/// `_errors on|off` (off).
+struct OpenFileCacheConf {
+  bool enabled = false;
+  uint32_t max = 0;
+  uint64_t inactive_ms = 60000;
+  uint64_t valid_ms = 60000;
+  uint32_t min_uses = 1;
+  bool errors = false;
+};
+
+enum class IfModifiedSince { kOff, kExact, kBefore };
+
+/// `types { MIME ext...; }` table (http, server, location): lower-case extension → MIME type.
+using MimeTypes = absl::flat_hash_map<std::string, std::string>;
+
+struct LocationConf {
+  enum class Match { kNone, kPrefix, kExact, kPrefixNoRegex /* ^~ */, kRegex /* ~ */, kRegexCaseless /* ~* */ };
+  Match match = Match::kNone;  // kNone: the server-level pseudo-location used when no location matches
+  std::string pattern;         // URI prefix, exact URI, or regex source
+  std::shared_ptr<re2::RE2> regex;  // compiled for kRegex / kRegexCaseless
+  SourceLoc loc;
+
+  std::string root = "html";                  // `root` (nginx default: prefix/html)
+  std::optional<std::string> alias;           // `alias` (location only); replaces the matched prefix
+  std::vector<std::string> index = {"index.html"};
+  std::vector<std::string> try_files;         // `try_files file ... uri|=code`; empty: not set
+  std::shared_ptr<const MimeTypes> types;     // never null after loading
+  std::string default_type = "text/plain";
+
+  uint64_t keepalive_timeout_ms = 75000;
+  uint64_t keepalive_header_timeout_s = 0;    // second arg of keepalive_timeout (Keep-Alive: timeout=), 0: none
+  uint32_t keepalive_requests = 1000;
+  uint64_t client_body_timeout_ms = 60000;
+  uint64_t send_timeout_ms = 60000;
+  uint64_t client_max_body_size = 1 << 20;    // 0: unlimited
+  uint64_t sendfile_max_chunk = 2 << 20;
+
+  std::vector<AccessLogConf> access_log;      // empty: access_log off
+  std::vector<AddHeader> add_header;
+  bool etag = true;
+  IfModifiedSince if_modified_since = IfModifiedSince::kExact;
+  std::vector<AccessRule> access;
+  ReturnConf ret;
+  AioMode aio = AioMode::kIoUring;
+  std::string aio_queue = "default";          // a DiskQueueConf name
+  OpenFileCacheConf open_file_cache;
+  bool status = false;                        // `status;`: this location serves the stats page
+
+  std::vector<LocationConf> locations;        // nested locations, in file order
+};
+
+struct ServerConf {
+  std::vector<ListenConf> listen;
+  std::vector<std::string> server_names;      // as written: exact, "*.example.com", ".example.com", "~regex"
+  std::vector<std::shared_ptr<re2::RE2>> server_name_regex;  // compiled "~" names, in order
+  uint64_t client_header_timeout_ms = 60000;
+  uint64_t client_header_buffer_size = 1024;
+  uint32_t large_client_header_buffers_num = 4;
+  uint64_t large_client_header_buffers_size = 8192;
+  LocationConf base;                          // server-level settings; match == kNone
+  std::vector<LocationConf> locations;        // top-level locations, in file order
+  SourceLoc loc;
+
+  /// nginx's location choice (ngx_http_core_find_location): exact `=` match wins at once; else the longest
+  /// prefix match; if it is `^~` use it; else the first matching regex in file order (searched inside the
+  /// chosen prefix location's nested locations first, then the outer level), else the longest prefix;
+  /// else `base`. `uri` is the normalised, percent-decoded path. Never returns null.
+  const LocationConf* find_location(std::string_view uri) const;
+};
+
+/// One listening socket after grouping: every server that listens on that address.
+struct ListenSocket {
+  ListenConf conf;                            // merged options (default_server/backlog/reuseport)
+  std::vector<const ServerConf*> servers;     // in file order
+  const ServerConf* default_server = nullptr; // the `default_server` one, else the first
+
+  /// nginx's virtual-server choice by Host (lower-cased, port stripped): exact name, then longest
+  /// leading wildcard (`*.example.com` / `.example.com`), then longest trailing wildcard (`www.*`), then the
+  /// first matching regex in file order, else default_server.
+  const ServerConf* find_server(std::string_view host) const;
+};
+
+struct LogFormatConf {
+  std::string name;
+  std::string format;  // concatenated string pieces, with $variables
+  SourceLoc loc;
+};
+
+struct HttpConf {
+  std::vector<std::unique_ptr<ServerConf>> servers;
+  std::vector<ListenSocket> listen_sockets;   // grouped by address
+  std::vector<LogFormatConf> log_formats;     // always contains "combined"
+};
+
+/// `appliance { ... }` (main): settings used only when kosoku runs as PID 1 of the appliance image
+/// (image/). Ignored on a normal host.
+struct ApplianceConf {
+  bool present = false;               // an appliance block was given
+  std::string address;                // `address 10.0.2.15/24;` (IPv4 CIDR); empty: 10.0.2.15/24 (QEMU user net)
+  std::string gateway;                // `gateway 10.0.2.2;`
+  std::string interface = "eth0";     // `interface eth0;` (kernel-socket backend)
+  std::string data_device = "/dev/vda";  // `data_disk /dev/vda [ro|rw] [fstype=ext4] [mount=/data];`
+  std::string data_mount = "/data";
+  std::string data_fstype = "ext4";
+  bool data_rw = false;
+  uint32_t hugepages = 0;             // `hugepages N;` (2 MiB pages reserved at boot)
+  std::string console = "ttyS0";      // `console ttyS0 [115200];`
+  uint32_t console_baud = 115200;
+  bool on_fatal_reboot = false;       // `on_fatal reboot|halt;` (default halt)
+  SourceLoc loc;
+};
+
+struct MainConf {
+  std::string file;                           // path of the main config file
+  std::string text;                           // the main file's full text (for `config` on the console)
+  int worker_processes = 1;                   // `auto` resolved to the number of online CPUs
+  std::vector<int> worker_cpu_affinity;       // CPU per worker; empty: worker i → i-th allowed CPU
+  uint32_t worker_connections = 512;
+  uint64_t worker_rlimit_nofile = 0;          // 0: unchanged
+  std::string error_log_path = "logs/error.log";  // "stderr" allowed
+  int error_log_level = 4;                    // 0 emerg,1 alert,2 crit,3 error,4 warn,5 notice,6 info,7 debug
+  std::vector<DiskQueueConf> disk_queues;     // always contains "default"
+  ApplianceConf appliance;
+  HttpConf http;
+
+  const DiskQueueConf* find_disk_queue(std::string_view name) const;
+  const LogFormatConf* find_log_format(std::string_view name) const;
+};
+
+}  // namespace kosoku::config

@@ -1,0 +1,64 @@
+// Per-core counters: plain fields written only by their core (no atomics on the hot path), read by other
+// threads on demand (a reader may see a slightly stale value; 64-bit aligned stores do not tear on x86-64).
+// One CoreStats per loop; stats/export.hh aggregates and renders them.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace kosoku::stats {
+
+/// Latency histogram with power-of-two microsecond buckets: bucket i counts samples in [2^(i-1), 2^i) µs,
+/// bucket 0 counts < 1 µs, the last bucket counts everything above.
+struct LatencyHistogram {
+  static constexpr int kBuckets = 24;  // up to ~8.4 s
+  std::array<uint64_t, kBuckets> buckets{};
+  uint64_t count = 0;
+  uint64_t sum_us = 0;
+  void record_ns(uint64_t ns);
+  /// Upper bound (µs) of the bucket holding quantile q (0..1) of the samples; 0 when empty.
+  uint64_t quantile_us(double q) const;
+};
+
+struct DiskQueueStats {
+  std::string name;
+  uint64_t submitted = 0;   // ops accepted (inline + queued)
+  uint64_t inline_done = 0; // completed without waiting (page-cache hits via RWF_NOWAIT / cached dentries)
+  uint64_t completed = 0;   // ops completed after waiting in the queue or in the kernel
+  uint64_t in_flight = 0;   // gauge: ops submitted to the kernel / pool and not yet completed
+  uint64_t waiting = 0;     // gauge: ops waiting for a free depth slot
+  uint64_t overflows = 0;   // ops refused because max_queue was reached (→ 503)
+  uint64_t errors = 0;      // ops completed with an error
+  LatencyHistogram latency; // submit → completion, queued ops only
+};
+
+struct CoreStats {
+  int core = 0;
+  // connections
+  uint64_t conn_accepted = 0;
+  uint64_t conn_rejected = 0;  // refused because worker_connections was reached
+  uint64_t conn_active = 0;    // gauge
+  uint64_t conn_reading = 0;   // gauge: reading a request header or body
+  uint64_t conn_writing = 0;   // gauge: producing or sending a response
+  uint64_t conn_idle = 0;      // gauge: keep-alive, waiting for the next request
+  // requests and bytes
+  uint64_t requests = 0;
+  uint64_t bytes_in = 0;
+  uint64_t bytes_out = 0;
+  std::array<uint64_t, 6> responses{};  // [0]=other, [1]=1xx .. [5]=5xx
+  // open_file_cache
+  uint64_t ofc_hits = 0;
+  uint64_t ofc_misses = 0;
+  uint64_t ofc_entries = 0;  // gauge
+  // disk queues, one per configured disk_queue, in MainConf::disk_queues order
+  std::vector<DiskQueueStats> disk;
+  // loop
+  uint64_t loop_iterations = 0;
+  uint64_t start_time_s = 0;
+
+  void count_response(int status) { responses[(status >= 100 && status < 600) ? status / 100 : 0]++; }
+};
+
+}  // namespace kosoku::stats
