@@ -14,6 +14,7 @@
 
 #include <liburing.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <string_view>
@@ -86,6 +87,9 @@ class Reactor {
   /// Refresh the clock now (used by code that needs a precise time, e.g. $request_time).
   void update_clock();
 
+  /// Loop iterations so far (stats).
+  uint64_t iterations() const { return iterations_; }
+
  private:
   class WakeOp;
   void arm_wake();
@@ -102,6 +106,7 @@ class Reactor {
   Task* tasks_head_ = nullptr;
   Task* tasks_tail_ = nullptr;
   std::atomic<bool> stop_{false};
+  uint64_t iterations_ = 0;
   int wake_fd_ = -1;
   WakeOp* wake_op_ = nullptr;
 };

@@ -2,6 +2,7 @@
 // Used for HTTP header/body/send/keep-alive timeouts, and later TCP RTO/delayed-ACK and cache-lock waits.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
