@@ -1,0 +1,546 @@
+#include "core/net/kernel_stack.hh"
+
+#include <arpa/inet.h>
+#include <netinet/tcp.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <system_error>
+
+#include "absl/strings/str_cat.h"
+
+namespace kosoku::net {
+
+namespace {
+
+constexpr unsigned kBufCount = 1024;        // provided buffers per core (power of two)
+constexpr unsigned kBufSize = 4096;         // bytes each
+constexpr unsigned kBufGroup = 0;
+constexpr size_t kMinBlock = 16 * 1024;     // output block size for small writes
+constexpr unsigned kMaxIov = 64;
+constexpr size_t kMaxInput = 1 << 20;       // input kept while the handler does not consume: then pause
+constexpr uint64_t kLingeringTimeoutMs = 5000;   // nginx lingering_timeout default
+constexpr uint64_t kLingeringTimeMs = 30000;     // nginx lingering_time default: bound on the whole close
+
+struct OutBlock {
+  OutBlock* next;
+  uint32_t cap;
+  uint32_t begin;
+  uint32_t end;
+  char data[];
+};
+
+OutBlock* new_block(size_t cap) {
+  auto* b = static_cast<OutBlock*>(std::malloc(sizeof(OutBlock) + cap));
+  if (b == nullptr) std::abort();
+  b->next = nullptr;
+  b->cap = static_cast<uint32_t>(cap);
+  b->begin = b->end = 0;
+  return b;
+}
+
+}  // namespace
+
+class KernelStream;
+
+struct KernelStack::Impl {
+  reactor::Reactor& reactor;
+  stats::CoreStats& stats;
+  uint32_t max_streams;
+  io_uring_buf_ring* buf_ring = nullptr;
+  char* buf_base = nullptr;
+  size_t buf_ring_bytes = 0;
+  size_t open = 0;
+  AcceptHandler* accept_handler = nullptr;
+  bool accepting = false;
+  bool accept_paused = false;
+
+  struct ListenerOp final : reactor::IoOp {
+    Impl* stack = nullptr;
+    const config::ListenSocket* conf = nullptr;
+    int fd = -1;
+    bool armed = false;
+    void complete(int32_t res, uint32_t flags) override { stack->on_accept(*this, res, flags); }
+  };
+  std::vector<std::unique_ptr<ListenerOp>> listeners;
+
+  struct NullOp final : reactor::IoOp {
+    void complete(int32_t, uint32_t) override {}
+  } null_op;
+
+  Impl(reactor::Reactor& r, stats::CoreStats& s, uint32_t max) : reactor(r), stats(s), max_streams(max) {}
+
+  char* buf_addr(unsigned bid) { return buf_base + static_cast<size_t>(bid) * kBufSize; }
+  void recycle(unsigned bid) {
+    io_uring_buf_ring_add(buf_ring, buf_addr(bid), kBufSize, static_cast<unsigned short>(bid),
+                          io_uring_buf_ring_mask(kBufCount), 0);
+    io_uring_buf_ring_advance(buf_ring, 1);
+  }
+
+  void arm_accept(ListenerOp& l) {
+    if (l.armed || !accepting || accept_paused) return;
+    io_uring_prep_multishot_accept(reactor.sqe(&l), l.fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    l.armed = true;
+  }
+  void pause_accept() {
+    if (accept_paused) return;
+    accept_paused = true;
+    for (auto& l : listeners) {
+      if (l->armed) io_uring_prep_cancel(reactor.sqe(&null_op), l.get(), 0);
+    }
+  }
+  void resume_accept() {
+    if (!accept_paused) return;
+    accept_paused = false;
+    for (auto& l : listeners) arm_accept(*l);
+  }
+  void on_accept(ListenerOp& l, int32_t res, uint32_t flags);
+  void stream_closed() {
+    --open;
+    --stats.conn_active;
+    if (accept_paused && open < max_streams) resume_accept();
+  }
+};
+
+class KernelStream final : public Stream {
+ public:
+  KernelStream(KernelStack::Impl& stack, int fd) : stack_(stack), fd_(fd) {}
+
+  void start(StreamHandler* h) {
+    handler_ = h;
+    arm_recv();
+  }
+
+  // Stream
+  std::span<const char> input() const override { return {in_buf_ + in_begin_, in_end_ - in_begin_}; }
+  void consume(size_t n) override {
+    in_begin_ += n;
+    if (in_begin_ >= in_end_) in_begin_ = in_end_ = 0;
+  }
+  void pause_reading() override { paused_ = true; cancel_recv(); }
+  void resume_reading() override {
+    paused_ = false;
+    arm_recv();
+  }
+  std::span<char> reserve(size_t min_bytes) override {
+    if (tail_ == nullptr || tail_->cap - tail_->end < min_bytes) {
+      OutBlock* b = new_block(min_bytes > kMinBlock ? min_bytes : kMinBlock);
+      if (tail_ != nullptr) {
+        tail_->next = b;
+      } else {
+        head_ = b;
+      }
+      tail_ = b;
+    }
+    return {tail_->data + tail_->end, tail_->cap - tail_->end};
+  }
+  void commit(size_t n) override {
+    tail_->end += static_cast<uint32_t>(n);
+    pending_ += n;
+  }
+  void flush() override;
+  size_t pending_output() const override { return pending_; }
+  void set_low_water(size_t bytes) override { low_water_ = bytes; }
+  void close(Close how) override;
+  const sockaddr* peer() const override { return reinterpret_cast<const sockaddr*>(&peer_); }
+  std::string_view peer_text() const override { return peer_text_; }
+  uint16_t local_port() const override { return local_port_; }
+
+  void init_addresses() {
+    socklen_t len = sizeof(peer_);
+    if (getpeername(fd_, reinterpret_cast<sockaddr*>(&peer_), &len) == 0) {
+      char buf[INET6_ADDRSTRLEN] = {};
+      if (peer_.ss_family == AF_INET) {
+        inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(&peer_)->sin_addr, buf, sizeof(buf));
+      } else if (peer_.ss_family == AF_INET6) {
+        auto* a6 = reinterpret_cast<sockaddr_in6*>(&peer_);
+        if (IN6_IS_ADDR_V4MAPPED(&a6->sin6_addr)) {
+          inet_ntop(AF_INET, &a6->sin6_addr.s6_addr[12], buf, sizeof(buf));
+        } else {
+          inet_ntop(AF_INET6, &a6->sin6_addr, buf, sizeof(buf));
+        }
+      }
+      peer_text_ = buf;
+    }
+    sockaddr_storage local{};
+    len = sizeof(local);
+    if (getsockname(fd_, reinterpret_cast<sockaddr*>(&local), &len) == 0) {
+      local_port_ = ntohs(local.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&local)->sin6_port
+                                                      : reinterpret_cast<sockaddr_in*>(&local)->sin_port);
+    }
+  }
+
+ private:
+  struct RecvOp final : reactor::IoOp {
+    KernelStream* s;
+    explicit RecvOp(KernelStream* k) : s(k) {}
+    void complete(int32_t res, uint32_t flags) override { s->on_recv(res, flags); }
+  };
+  struct SendOp final : reactor::IoOp {
+    KernelStream* s;
+    explicit SendOp(KernelStream* k) : s(k) {}
+    void complete(int32_t res, uint32_t flags) override { s->on_send(res); }
+  };
+  struct RearmTask final : reactor::Task {
+    KernelStream* s;
+    explicit RearmTask(KernelStream* k) : s(k) {}
+    void run() override {
+      s->rearm_pending_ = false;
+      s->arm_recv();
+      s->maybe_destroy();
+    }
+  };
+  struct LingerTimer final : reactor::Timer {
+    KernelStream* s;
+    explicit LingerTimer(KernelStream* k) : s(k) {}
+    void fire() override { s->abort_now(0); }
+  };
+
+  ~KernelStream() {
+    while (head_ != nullptr) {
+      OutBlock* n = head_->next;
+      std::free(head_);
+      head_ = n;
+    }
+    std::free(in_buf_);
+  }
+
+  void arm_recv() {
+    if (recv_armed_ || dead_ || peer_fin_ || (paused_ && !closing_)) return;
+    io_uring_sqe* sqe = stack_.reactor.sqe(&recv_op_);
+    io_uring_prep_recv_multishot(sqe, fd_, nullptr, 0, 0);
+    sqe->flags |= IOSQE_BUFFER_SELECT;
+    sqe->buf_group = kBufGroup;
+    recv_armed_ = true;
+  }
+  void cancel_recv() {
+    if (recv_armed_ && !recv_cancel_sent_) {
+      io_uring_prep_cancel(stack_.reactor.sqe(&stack_.null_op), &recv_op_, 0);
+      recv_cancel_sent_ = true;
+    }
+  }
+  void append_input(const char* data, size_t n) {
+    if (in_end_ + n > in_cap_) {
+      if (in_begin_ > 0) {
+        std::memmove(in_buf_, in_buf_ + in_begin_, in_end_ - in_begin_);
+        in_end_ -= in_begin_;
+        in_begin_ = 0;
+      }
+      if (in_end_ + n > in_cap_) {
+        size_t cap = in_cap_ ? in_cap_ : 4096;
+        while (cap < in_end_ + n) cap *= 2;
+        in_buf_ = static_cast<char*>(std::realloc(in_buf_, cap));
+        if (in_buf_ == nullptr) std::abort();
+        in_cap_ = cap;
+      }
+    }
+    std::memcpy(in_buf_ + in_end_, data, n);
+    in_end_ += n;
+  }
+
+  void on_recv(int32_t res, uint32_t flags) {
+    if (!(flags & IORING_CQE_F_MORE)) {
+      recv_armed_ = false;
+      recv_cancel_sent_ = false;
+    }
+    if (res > 0) {
+      unsigned bid = flags >> IORING_CQE_BUFFER_SHIFT;
+      stack_.stats.bytes_in += static_cast<uint64_t>(res);
+      if (!closing_) append_input(stack_.buf_addr(bid), static_cast<size_t>(res));
+      stack_.recycle(bid);
+      if (!closing_) {
+        handler_->on_readable(*this);
+        if (!closing_ && in_end_ - in_begin_ > kMaxInput) pause_reading();
+      }
+    } else if (res == 0) {
+      peer_fin_ = true;
+      if (closing_) {
+        if (lingering_) abort_now(0);
+      } else {
+        handler_->on_peer_closed(*this);
+      }
+    } else if (res == -ENOBUFS) {
+      // All provided buffers are in use: back-pressure, retry in the next loop pass.
+      if (!rearm_pending_) {
+        rearm_pending_ = true;
+        stack_.reactor.post(&rearm_task_);
+      }
+    } else if (res != -ECANCELED) {
+      peer_fin_ = true;
+      fail(-res);
+    }
+    if (!recv_armed_ && !rearm_pending_) arm_recv();
+    maybe_destroy();
+  }
+
+  void on_send(int32_t res) {
+    send_in_flight_ = false;
+    if (res > 0) {
+      stack_.stats.bytes_out += static_cast<uint64_t>(res);
+      advance_output(static_cast<size_t>(res));
+    } else if (res < 0 && res != -EAGAIN && res != -EINTR) {
+      send_error_ = true;
+      fail(-res);
+      maybe_destroy();
+      return;
+    }
+    if (dead_) {
+      maybe_destroy();
+      return;
+    }
+    if (pending_ > 0) {
+      flush();
+    } else if (closing_) {
+      begin_lingering();
+    }
+    if (!closing_ && pending_ <= low_water_) handler_->on_writable(*this);
+    maybe_destroy();
+  }
+
+  void advance_output(size_t n) {
+    pending_ -= n;
+    while (n > 0 && head_ != nullptr) {
+      size_t avail = head_->end - head_->begin;
+      size_t take = n < avail ? n : avail;
+      head_->begin += static_cast<uint32_t>(take);
+      n -= take;
+      if (head_->begin == head_->end) {
+        if (head_ == tail_) {
+          head_->begin = head_->end = 0;  // keep the last block for reuse
+          break;
+        }
+        OutBlock* next = head_->next;
+        std::free(head_);
+        head_ = next;
+      }
+    }
+  }
+
+  void begin_lingering() {
+    if (lingering_) return;
+    lingering_ = true;
+    if (peer_fin_ || send_error_) {
+      abort_now(0);
+      return;
+    }
+    ::shutdown(fd_, SHUT_WR);
+    stack_.reactor.timers().arm(linger_timer_, stack_.reactor.now_ms() + kLingeringTimeoutMs);
+    arm_recv();  // discard input until the peer's FIN
+  }
+
+  // The connection broke: tell the handler (once) and tear down.
+  void fail(int error) {
+    if (!closing_) close_error_ = error;
+    abort_now(error);
+  }
+
+  void abort_now(int error) {
+    closing_ = true;
+    dead_ = true;
+    if (error != 0 && close_error_ == 0) close_error_ = error;
+    stack_.reactor.timers().cancel(linger_timer_);
+    cancel_recv();
+    if (send_in_flight_ && !send_cancel_sent_) {
+      io_uring_prep_cancel(stack_.reactor.sqe(&stack_.null_op), &send_op_, 0);
+      send_cancel_sent_ = true;
+    }
+  }
+
+  void maybe_destroy() {
+    if (!dead_ || recv_armed_ || send_in_flight_ || rearm_pending_ || destroyed_) return;
+    destroyed_ = true;
+    ::close(fd_);
+    StreamHandler* h = handler_;
+    handler_ = nullptr;
+    if (h != nullptr) h->on_closed(*this, close_error_);
+    stack_.stream_closed();
+    delete this;
+  }
+
+  KernelStack::Impl& stack_;
+  int fd_;
+  StreamHandler* handler_ = nullptr;
+  sockaddr_storage peer_{};
+  std::string peer_text_;
+  uint16_t local_port_ = 0;
+
+  char* in_buf_ = nullptr;
+  size_t in_cap_ = 0, in_begin_ = 0, in_end_ = 0;
+
+  OutBlock* head_ = nullptr;
+  OutBlock* tail_ = nullptr;
+  size_t pending_ = 0;
+  size_t low_water_ = 0;
+  msghdr msg_{};
+  iovec iov_[kMaxIov];
+
+  RecvOp recv_op_{this};
+  SendOp send_op_{this};
+  RearmTask rearm_task_{this};
+  LingerTimer linger_timer_{this};
+  bool recv_armed_ = false, recv_cancel_sent_ = false, send_in_flight_ = false, send_cancel_sent_ = false;
+  bool rearm_pending_ = false, paused_ = false, peer_fin_ = false, send_error_ = false;
+  bool closing_ = false, lingering_ = false, dead_ = false, destroyed_ = false;
+  int close_error_ = 0;
+};
+
+void KernelStream::flush() {
+  if (send_in_flight_ || pending_ == 0 || dead_) return;
+  unsigned n = 0;
+  for (OutBlock* b = head_; b != nullptr && n < kMaxIov; b = b->next) {
+    if (b->end == b->begin) continue;
+    iov_[n].iov_base = b->data + b->begin;
+    iov_[n].iov_len = b->end - b->begin;
+    ++n;
+  }
+  if (n == 0) return;
+  msg_ = {};
+  msg_.msg_iov = iov_;
+  msg_.msg_iovlen = n;
+  io_uring_prep_sendmsg(stack_.reactor.sqe(&send_op_), fd_, &msg_, MSG_NOSIGNAL);
+  send_in_flight_ = true;
+}
+
+void KernelStream::close(Close how) {
+  if (closing_) return;
+  closing_ = true;
+  if (how == Close::kAbort) {
+    abort_now(0);
+    maybe_destroy();
+    return;
+  }
+  // Graceful: bound the whole close by lingering_time, then flush → FIN → drain.
+  stack_.reactor.timers().arm(linger_timer_, stack_.reactor.now_ms() + kLingeringTimeMs);
+  in_begin_ = in_end_ = 0;
+  if (pending_ > 0) {
+    flush();
+  } else if (!send_in_flight_) {
+    begin_lingering();
+  }
+  maybe_destroy();
+}
+
+void KernelStack::Impl::on_accept(ListenerOp& l, int32_t res, uint32_t flags) {
+  if (!(flags & IORING_CQE_F_MORE)) l.armed = false;
+  if (res >= 0) {
+    int fd = res;
+    if (!accepting) {
+      ::close(fd);
+    } else if (open >= max_streams) {
+      ::close(fd);
+      ++stats.conn_rejected;
+      pause_accept();
+    } else {
+      int one = 1;
+      setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+      auto* s = new KernelStream(*this, fd);
+      s->init_addresses();
+      ++open;
+      ++stats.conn_accepted;
+      ++stats.conn_active;
+      StreamHandler* h = accept_handler->on_accept(*s, *l.conf);
+      if (h == nullptr) {
+        s->start(nullptr);
+        s->close(Stream::Close::kAbort);
+      } else {
+        s->start(h);
+      }
+      if (open >= max_streams) pause_accept();
+    }
+  }
+  if (!l.armed) arm_accept(l);
+}
+
+KernelStack::KernelStack(reactor::Reactor& reactor, stats::CoreStats& stats, uint32_t max_streams)
+    : impl_(std::make_unique<Impl>(reactor, stats, max_streams)) {
+  Impl& s = *impl_;
+  s.buf_ring_bytes = kBufCount * sizeof(io_uring_buf);
+  void* ring_mem = mmap(nullptr, s.buf_ring_bytes, PROT_READ | PROT_WRITE, MAP_ANONYMOUS | MAP_PRIVATE, -1, 0);
+  if (ring_mem == MAP_FAILED) throw std::system_error(errno, std::generic_category(), "mmap buf ring");
+  s.buf_ring = static_cast<io_uring_buf_ring*>(ring_mem);
+  io_uring_buf_ring_init(s.buf_ring);
+  io_uring_buf_reg reg{};
+  reg.ring_addr = reinterpret_cast<uint64_t>(ring_mem);
+  reg.ring_entries = kBufCount;
+  reg.bgid = kBufGroup;
+  int rc = io_uring_register_buf_ring(reactor.ring(), &reg, 0);
+  if (rc < 0) {
+    munmap(ring_mem, s.buf_ring_bytes);
+    throw std::system_error(-rc, std::generic_category(), "io_uring_register_buf_ring");
+  }
+  s.buf_base = static_cast<char*>(std::aligned_alloc(4096, static_cast<size_t>(kBufCount) * kBufSize));
+  for (unsigned i = 0; i < kBufCount; ++i) {
+    io_uring_buf_ring_add(s.buf_ring, s.buf_addr(i), kBufSize, static_cast<unsigned short>(i),
+                          io_uring_buf_ring_mask(kBufCount), static_cast<int>(i));
+  }
+  io_uring_buf_ring_advance(s.buf_ring, kBufCount);
+}
+
+KernelStack::~KernelStack() {
+  for (auto& l : impl_->listeners) {
+    if (l->fd >= 0) ::close(l->fd);
+  }
+  io_uring_unregister_buf_ring(impl_->reactor.ring(), kBufGroup);
+  munmap(impl_->buf_ring, impl_->buf_ring_bytes);
+  std::free(impl_->buf_base);
+}
+
+int open_listen_socket(const config::ListenConf& conf, std::string* err) {
+  int family = conf.addr.ss_family;
+  int fd = ::socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    int e = errno;
+    if (err) *err = absl::StrCat("socket() for ", conf.text, " failed: ", std::strerror(e));
+    return -e;
+  }
+  int one = 1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one));
+  if (family == AF_INET6) setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
+  if (::bind(fd, reinterpret_cast<const sockaddr*>(&conf.addr), conf.addr_len) < 0 ||
+      ::listen(fd, conf.backlog) < 0) {
+    int e = errno;
+    if (err) *err = absl::StrCat("bind() to ", conf.text, " failed (", e, ": ", std::strerror(e), ")");
+    ::close(fd);
+    return -e;
+  }
+  return fd;
+}
+
+int KernelStack::listen(const std::vector<config::ListenSocket>& sockets, AcceptHandler& handler, std::string* err) {
+  Impl& s = *impl_;
+  s.accept_handler = &handler;
+  s.accepting = true;
+  for (const config::ListenSocket& ls : sockets) {
+    int fd = open_listen_socket(ls.conf, err);
+    if (fd < 0) return fd;
+    auto l = std::make_unique<Impl::ListenerOp>();
+    l->stack = &s;
+    l->conf = &ls;
+    l->fd = fd;
+    s.arm_accept(*l);
+    s.listeners.push_back(std::move(l));
+  }
+  return 0;
+}
+
+void KernelStack::stop_accepting() {
+  Impl& s = *impl_;
+  if (!s.accepting) return;
+  s.pause_accept();
+  s.accepting = false;
+  // Closing the listeners now lets the kernel refuse new connections at once.
+  for (auto& l : s.listeners) {
+    if (l->fd >= 0) {
+      ::close(l->fd);
+      l->fd = -1;
+    }
+  }
+}
+
+size_t KernelStack::open_streams() const { return impl_->open; }
+
+}  // namespace kosoku::net

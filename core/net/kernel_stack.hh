@@ -1,0 +1,45 @@
+// The kernel-socket network backend: io_uring sockets on one core.
+//   - one listening socket per (address, core) with SO_REUSEPORT, so the kernel spreads connections over cores
+//     without a shared accept queue (the `reuseport` listen flag is therefore always in effect);
+//   - multishot accept (IORING_OP_ACCEPT + IORING_ACCEPT_MULTISHOT, Linux 5.19);
+//   - multishot receive into a per-core provided-buffer ring (IORING_OP_RECV + IORING_RECV_MULTISHOT with
+//     IOSQE_BUFFER_SELECT, Linux 6.0); received bytes are appended to the stream's input buffer and the
+//     provided buffer goes straight back to the ring;
+//   - sends with IORING_OP_SENDMSG over a chain of output blocks (no copy on send);
+//   - graceful close = flush, shutdown(SHUT_WR), discard input until FIN or lingering timeout (5 s),
+//     like nginx's lingering_close.
+// worker_connections is enforced per core: at the limit the multishot accept is cancelled and connections
+// wait in the kernel's backlog; accepting resumes below the limit.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/net/stream.hh"
+#include "core/reactor/reactor.hh"
+#include "core/stats/counters.hh"
+
+namespace kosoku::net {
+
+class KernelStack final : public Stack {
+ public:
+  /// max_streams: worker_connections. Throws std::system_error if the buffer ring cannot be set up.
+  KernelStack(reactor::Reactor& reactor, stats::CoreStats& stats, uint32_t max_streams);
+  ~KernelStack() override;
+
+  int listen(const std::vector<config::ListenSocket>& sockets, AcceptHandler& handler, std::string* err) override;
+  void stop_accepting() override;
+  size_t open_streams() const override;
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+/// Opens a listening socket for `conf` (SO_REUSEPORT, non-blocking, backlog); returns fd or -errno.
+int open_listen_socket(const config::ListenConf& conf, std::string* err);
+
+}  // namespace kosoku::net
