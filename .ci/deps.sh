@@ -6,7 +6,7 @@ set -eu
 PKGS="build-essential cmake ninja-build pkg-config file git ca-certificates dpkg-dev
 liburing-dev libabsl-dev libre2-dev libgtest-dev libgmock-dev
 clang libclang-rt-14-dev
-curl wget apache2-utils wrk nginx-light python3 python3.11-doc
+curl wget apache2-utils wrk nginx-light python3 python3.11-doc python3-pytest
 libnuma-dev libbsd-dev libmd-dev"
 SUDO=""
 [ "$(id -u)" = 0 ] || SUDO=sudo
