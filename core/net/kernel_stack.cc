@@ -25,18 +25,22 @@ constexpr size_t kMaxInput = 1 << 20;       // input kept while the handler does
 constexpr uint64_t kLingeringTimeoutMs = 5000;   // nginx lingering_timeout default
 constexpr uint64_t kLingeringTimeMs = 30000;     // nginx lingering_time default: bound on the whole close
 
+// An output block: owned bytes in data[], or (ref != nullptr) a reference to caller-owned bytes.
 struct OutBlock {
   OutBlock* next;
+  const char* ref;
   uint32_t cap;
   uint32_t begin;
   uint32_t end;
   char data[];
+  const char* bytes() const { return ref != nullptr ? ref : data; }
 };
 
 OutBlock* new_block(size_t cap) {
   auto* b = static_cast<OutBlock*>(std::malloc(sizeof(OutBlock) + cap));
   if (b == nullptr) std::abort();
   b->next = nullptr;
+  b->ref = nullptr;
   b->cap = static_cast<uint32_t>(cap);
   b->begin = b->end = 0;
   return b;
@@ -126,16 +130,26 @@ class KernelStream final : public Stream {
     arm_recv();
   }
   std::span<char> reserve(size_t min_bytes) override {
-    if (tail_ == nullptr || tail_->cap - tail_->end < min_bytes) {
-      OutBlock* b = new_block(min_bytes > kMinBlock ? min_bytes : kMinBlock);
-      if (tail_ != nullptr) {
-        tail_->next = b;
-      } else {
-        head_ = b;
-      }
-      tail_ = b;
+    if (tail_ == nullptr || tail_->ref != nullptr || tail_->cap - tail_->end < min_bytes) {
+      append_block(new_block(min_bytes > kMinBlock ? min_bytes : kMinBlock));
     }
     return {tail_->data + tail_->end, tail_->cap - tail_->end};
+  }
+  void write_ref(const char* data, size_t len) override {
+    if (len == 0) return;
+    OutBlock* b = new_block(0);
+    b->ref = data;
+    b->cap = b->end = static_cast<uint32_t>(len);
+    append_block(b);
+    pending_ += len;
+  }
+  void append_block(OutBlock* b) {
+    if (tail_ != nullptr) {
+      tail_->next = b;
+    } else {
+      head_ = b;
+    }
+    tail_ = b;
   }
   void commit(size_t n) override {
     tail_->end += static_cast<uint32_t>(n);
@@ -308,10 +322,11 @@ class KernelStream final : public Stream {
       head_->begin += static_cast<uint32_t>(take);
       n -= take;
       if (head_->begin == head_->end) {
-        if (head_ == tail_) {
-          head_->begin = head_->end = 0;  // keep the last block for reuse
+        if (head_ == tail_ && head_->ref == nullptr) {
+          head_->begin = head_->end = 0;  // keep the last owned block for reuse
           break;
         }
+        if (head_ == tail_) tail_ = nullptr;
         OutBlock* next = head_->next;
         std::free(head_);
         head_ = next;
@@ -392,7 +407,7 @@ void KernelStream::flush() {
   unsigned n = 0;
   for (OutBlock* b = head_; b != nullptr && n < kMaxIov; b = b->next) {
     if (b->end == b->begin) continue;
-    iov_[n].iov_base = b->data + b->begin;
+    iov_[n].iov_base = const_cast<char*>(b->bytes()) + b->begin;
     iov_[n].iov_len = b->end - b->begin;
     ++n;
   }

@@ -55,6 +55,10 @@ class Stream {
   /// commit(n). Nothing is sent until flush().
   virtual std::span<char> reserve(size_t min_bytes) = 0;
   virtual void commit(size_t n) = 0;
+  /// Append `len` bytes the caller owns, without copying (zero-copy file chunks). The caller keeps the bytes
+  /// unchanged until pending_output() has dropped by everything committed up to and including them (use
+  /// set_low_water/on_writable), or until on_closed.
+  virtual void write_ref(const char* data, size_t len) = 0;
   /// Start sending committed output.
   virtual void flush() = 0;
   /// Committed output not yet acknowledged as sent by the backend (bytes).

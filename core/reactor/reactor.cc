@@ -174,13 +174,15 @@ void Reactor::run() {
       }
       if (n < kCqeBatch) break;
     }
+    bool busy = false;
+    for (Poller* p : pollers_) busy |= p->poll();
     // 3. resumed requests and deferred work
     run_tasks();
     // 4. timers
     timers_.expire(now_ms_);
     // 5. submit and wait for a completion or the next deadline
     uint64_t wait_ms = kMaxWaitMs;
-    if (tasks_head_ != nullptr) {
+    if (tasks_head_ != nullptr || busy) {
       wait_ms = 0;
     } else {
       uint64_t next = timers_.next_deadline();

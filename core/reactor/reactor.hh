@@ -6,7 +6,7 @@
 // Each iteration, in order:
 //   1. clock: coarse ms/ns clock and the cached HTTP Date value advance once;
 //   2. reap CQEs: each CQE's user_data is an IoOp*, whose complete() runs (receive, protocol processing,
-//      handlers; handlers may queue more SQEs);
+//      handlers; handlers may queue more SQEs); then every Poller runs;
 //   3. run posted tasks (requests resumed after disk completions or deferred work);
 //   4. expire timers;
 //   5. submit SQEs and wait (io_uring_submit_and_wait_timeout) until a CQE or the next timer deadline.
@@ -49,6 +49,16 @@ class Task {
   bool queued_ = false;
 };
 
+/// Work checked once per iteration, after CQE dispatch (e.g. a DPDK RX burst, cross-core mailboxes, the
+/// shutdown flag). poll() returns true if it did work (the loop then does not sleep in this iteration).
+class Poller {
+ public:
+  virtual bool poll() = 0;
+
+ protected:
+  ~Poller() = default;
+};
+
 class Reactor {
  public:
   /// core_id: 0..workers-1. ring_entries: SQ size (CQ is 4×). Throws std::system_error if io_uring setup fails.
@@ -75,6 +85,9 @@ class Reactor {
 
   /// Queue t to run at step 3; a no-op if it is already queued.
   void post(Task* t);
+
+  /// Register a poller (owned by the caller, must outlive the loop).
+  void add_poller(Poller* p) { pollers_.push_back(p); }
 
   /// Run until stop(). Returns when stopped.
   void run();
@@ -107,6 +120,7 @@ class Reactor {
   Task* tasks_tail_ = nullptr;
   std::atomic<bool> stop_{false};
   uint64_t iterations_ = 0;
+  std::vector<Poller*> pollers_;
   int wake_fd_ = -1;
   WakeOp* wake_op_ = nullptr;
 };

@@ -1,0 +1,66 @@
+# kosoku — top-level commands. Every target that builds or runs first installs what it needs (make deps).
+#   make run     build and serve conf/default.conf on http://127.0.0.1:8080/ (the host binary)
+#   make test    unit tests under ASan+UBSan, fuzzers (bounded), integration tests against the release binary
+#   make bench   kosoku vs nginx side by side (bench/run)
+#   make image   the appliance image (image/build-image)
+SHELL := /bin/bash
+BUILD ?= build
+JOBS ?= $(shell nproc)
+FUZZ_SECONDS ?= 30
+PYTHON ?= /usr/bin/python3
+CONF ?= conf/default.conf
+
+.PHONY: all deps build build-asan build-fuzz run run-host test unit fuzz integration bench image clean
+
+all: build
+
+deps:
+	@./.ci/deps.sh
+
+$(BUILD)/release/build.ninja: | deps
+	cmake -S . -B $(BUILD)/release -G Ninja -DCMAKE_BUILD_TYPE=Release -DKOSOKU_STATIC=ON -DKOSOKU_TESTS=OFF
+
+build: deps $(BUILD)/release/build.ninja
+	ninja -C $(BUILD)/release -j$(JOBS) kosoku
+	@file $(BUILD)/release/kosoku | grep -q 'statically linked' || { echo "kosoku is not statically linked"; exit 1; }
+
+build-asan: deps
+	cmake -S . -B $(BUILD)/asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DKOSOKU_SANITIZE=ON >/dev/null
+	ninja -C $(BUILD)/asan -j$(JOBS)
+
+build-fuzz: deps
+	CC=clang CXX=clang++ cmake -S . -B $(BUILD)/fuzz -G Ninja -DCMAKE_BUILD_TYPE=Debug -DKOSOKU_FUZZ=ON >/dev/null
+	ninja -C $(BUILD)/fuzz -j$(JOBS)
+
+run: run-host
+
+run-host: build
+	$(BUILD)/release/kosoku -c $(CONF)
+
+unit: build-asan
+	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 $(BUILD)/asan/unit_tests
+
+# Each libFuzzer target runs FUZZ_SECONDS on its seed corpus (copied, so seeds stay clean).
+fuzz: build-fuzz
+	@set -e; for f in $(BUILD)/fuzz/*_fuzz; do \
+	  name=$$(basename $$f _fuzz); corpus=$(BUILD)/fuzz/corpus-$$name; mkdir -p $$corpus; \
+	  [ -d tests/fuzz/corpus/$$name ] && cp -r tests/fuzz/corpus/$$name/. $$corpus/ || true; \
+	  dict=""; [ -f tests/fuzz/$$name.dict ] && dict="-dict=tests/fuzz/$$name.dict"; \
+	  echo "fuzz: $$name for $(FUZZ_SECONDS)s"; \
+	  $$f $$corpus $$dict -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 2>&1 | tail -n 3; \
+	done
+
+integration: build build-asan
+	KOSOKU_BIN=$(BUILD)/release/kosoku $(PYTHON) -m pytest -q tests/integration
+	KOSOKU_BIN=$(BUILD)/asan/kosoku KOSOKU_SANITIZED=1 $(PYTHON) -m pytest -q -x tests/integration -k "conformance"
+
+test: unit fuzz integration
+
+bench: build
+	./bench/run
+
+image: build
+	./image/build-image $(if $(CONFIG),--config $(CONFIG)) $(if $(SITE),--site $(SITE))
+
+clean:
+	rm -rf $(BUILD)

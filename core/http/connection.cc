@@ -1,0 +1,610 @@
+#include "core/http/connection.hh"
+
+#include <arpa/inet.h>
+
+#include <cstring>
+#include <optional>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "core/base/log.hh"
+#include "core/http/chunked.hh"
+#include "core/http/conditional.hh"
+#include "core/http/status.hh"
+#include "core/http/uri.hh"
+#include "core/reactor/reactor.hh"
+#include "core/stats/counters.hh"
+#include "core/stats/export.hh"
+#include "absl/strings/match.h"
+
+namespace kosoku::http {
+
+namespace {
+
+constexpr size_t kMaxFields = 100;
+// Pipelined requests are answered back to back until this much output is waiting, then the connection waits
+// for the peer to read (bounded memory per connection whatever the peer sends).
+constexpr size_t kPipelineHighWater = 256 * 1024;
+constexpr size_t kDiscardChunk = 64 * 1024;
+
+bool addr_matches(const config::AccessRule& r, const sockaddr* sa) {
+  if (r.all) return true;
+  const uint8_t* a = nullptr;
+  int family = sa->sa_family;
+  uint8_t mapped[4];
+  if (family == AF_INET) {
+    a = reinterpret_cast<const uint8_t*>(&reinterpret_cast<const sockaddr_in*>(sa)->sin_addr);
+  } else if (family == AF_INET6) {
+    const auto* in6 = &reinterpret_cast<const sockaddr_in6*>(sa)->sin6_addr;
+    if (IN6_IS_ADDR_V4MAPPED(in6) && r.family == AF_INET) {
+      std::memcpy(mapped, &in6->s6_addr[12], 4);
+      a = mapped;
+      family = AF_INET;
+    } else {
+      a = in6->s6_addr;
+    }
+  } else {
+    return false;
+  }
+  if (family != r.family) return false;
+  int bits = r.prefix;
+  for (int i = 0; bits > 0; ++i, bits -= 8) {
+    uint8_t mask = bits >= 8 ? 0xff : static_cast<uint8_t>(0xff << (8 - bits));
+    if ((a[i] & mask) != r.addr[i]) return false;
+  }
+  return true;
+}
+
+bool access_allowed(const config::LocationConf& loc, const sockaddr* peer) {
+  for (const config::AccessRule& r : loc.access) {
+    if (addr_matches(r, peer)) return r.allow;
+  }
+  return true;
+}
+
+// add_header applies to these statuses unless `always` (nginx ngx_http_headers_filter).
+bool add_header_status(int s) {
+  return s == 200 || s == 201 || s == 204 || s == 206 || s == 301 || s == 302 || s == 303 || s == 304 ||
+         s == 307 || s == 308;
+}
+
+std::string_view rebase(std::string_view v, const char* from, size_t len, const char* to) {
+  if (v.data() >= from && v.data() < from + len) return std::string_view(to + (v.data() - from), v.size());
+  return v;  // static literal ("/" or "*")
+}
+
+}  // namespace
+
+class HttpConnection final : public net::StreamHandler,
+                             public Exchange,
+                             public reactor::Timer,
+                             public reactor::Task,
+                             public HttpServer::Node {
+ public:
+  HttpConnection(HttpServer& srv, net::Stream& s, const config::ListenSocket& ls)
+      : srv_(srv), core_(srv.core()), stream_(&s), listen_(ls) {
+    req_.fields = std::span<HeaderField>(fields_, kMaxFields);
+    remote_addr_.assign(s.peer_text());
+    server_port_ = s.local_port();
+    id_ = ++srv.connection_counter;
+    const config::ServerConf& def = *ls.default_server;
+    set_limits(def);
+    ++core_.stats->conn_idle;
+    state_stat_ = &core_.stats->conn_idle;
+    arm(def.client_header_timeout_ms);
+    // link into the server's live list
+    prev = &srv_.live;
+    next = srv_.live.next;
+    if (next != nullptr) next->prev = this;
+    srv_.live.next = this;
+  }
+
+  ~HttpConnection() {
+    set_stat(nullptr);
+    if (prev != nullptr) prev->next = next;
+    if (next != nullptr) next->prev = prev;
+  }
+
+  // ---- StreamHandler
+  void on_readable(net::Stream&) override { process(); }
+  void on_peer_closed(net::Stream&) override {
+    peer_closed_ = true;
+    if (state_ == State::kIdle || state_ == State::kReadingHead) {
+      // A partial head at FIN: nothing to answer (nginx closes silently too).
+      close(net::Stream::Close::kAbort);
+    }
+  }
+  void on_writable(net::Stream&) override {
+    if (stream_ == nullptr) return;
+    if (state_ == State::kBusy) {
+      arm_send_timeout();
+      if (ContentState* st = state_slot_.get()) st->on_writable();
+      return;
+    }
+    if (waiting_output_) {
+      waiting_output_ = false;
+      process();
+    }
+  }
+  void on_closed(net::Stream&, int error) override {
+    stream_ = nullptr;
+    reactor::Timer* t = this;
+    core_.reactor->timers().cancel(*t);
+    if (state_ == State::kBusy && state_slot_ != nullptr) {
+      abort_pending_ = true;
+      state_slot_->on_abort();  // calls release() now or later
+      return;
+    }
+    core_.reactor->post(this);
+  }
+
+  // ---- Timer: header / body / keep-alive / send timeouts
+  void fire() override {
+    if (stream_ == nullptr) return;
+    if (state_ == State::kReadingHead && !stream_->input().empty()) {
+      // client_header_timeout: nginx answers 408 and closes.
+      send_simple_error(408);
+      return;
+    }
+    close(net::Stream::Close::kAbort);
+  }
+
+  // ---- Task: deferred deletion
+  void run() override { delete this; }
+
+  // ---- Exchange
+  const Request& request() const override { return req_; }
+  std::string_view uri() const override { return uri_; }
+  std::string_view args() const override { return req_.query; }
+  const config::ServerConf& server() const override { return *server_; }
+  const config::LocationConf& location() const override { return *loc_; }
+  const CoreContext& core() const override { return core_; }
+  std::string_view remote_addr() const override { return remote_addr_; }
+  uint16_t server_port() const override { return server_port_; }
+  uint64_t connection_id() const override { return id_; }
+  uint64_t connection_requests() const override { return requests_; }
+  std::string_view host() const override { return host_lower_; }
+  uint64_t request_length() const override { return head_bytes_; }
+  ResponseHead& head() override { return head_; }
+  std::unique_ptr<ContentState>& state() override { return state_slot_; }
+
+  void send_head() override;
+  void respond(int status, std::string_view body, std::string_view content_type) override;
+  void redirect(int status, std::string_view location) override;
+  void write(std::string_view data) override {
+    if (stream_ == nullptr || head_only_ || data.empty()) return;
+    body_bytes_ += data.size();
+    stream_->write(data);
+  }
+  void write_ref(const char* data, size_t len) override {
+    if (stream_ == nullptr || head_only_ || len == 0) return;
+    body_bytes_ += len;
+    stream_->write_ref(data, len);
+    stream_->flush();
+    arm_send_timeout();
+  }
+  size_t pending_output() const override { return stream_ != nullptr ? stream_->pending_output() : 0; }
+  void set_low_water(size_t bytes) override {
+    if (stream_ != nullptr) stream_->set_low_water(bytes);
+  }
+  void finish() override;
+  void abort_response() override {
+    keep_alive_ = false;
+    core_.stats->count_response(status_);
+    log_request();
+    close(net::Stream::Close::kAbort);
+  }
+  /// Graceful shutdown: an idle keep-alive connection closes now; others close after their response.
+  void shutdown_if_idle() {
+    keep_alive_ = false;
+    if (state_ == State::kIdle) close(net::Stream::Close::kGraceful);
+  }
+  void release() override {
+    if (abort_pending_) core_.reactor->post(this);
+  }
+
+ private:
+  enum class State { kIdle, kReadingHead, kBusy, kDiscardBody, kClosing };
+
+  void set_limits(const config::ServerConf& s) {
+    limits_.max_request_line = s.large_client_header_buffers_size;
+    limits_.max_field_line = s.large_client_header_buffers_size;
+    limits_.max_header_section = s.large_client_header_buffers_size * s.large_client_header_buffers_num;
+  }
+  void set_stat(uint64_t* which) {
+    if (state_stat_ != nullptr) --*state_stat_;
+    state_stat_ = which;
+    if (which != nullptr) ++*which;
+  }
+  void arm(uint64_t ms) {
+    reactor::Timer* t = this;
+    if (ms == 0) {
+      core_.reactor->timers().cancel(*t);
+      return;
+    }
+    core_.reactor->timers().arm(*t, core_.reactor->now_ms() + ms);
+  }
+  void arm_send_timeout() {
+    if (stream_ != nullptr && stream_->pending_output() > 0) arm(loc_ != nullptr ? loc_->send_timeout_ms : 60000);
+  }
+  void close(net::Stream::Close how) {
+    state_ = State::kClosing;
+    set_stat(nullptr);
+    reactor::Timer* t = this;
+    core_.reactor->timers().cancel(*t);
+    if (stream_ != nullptr) {
+      net::Stream* s = stream_;
+      s->close(how);  // may call on_closed synchronously (deletion is deferred to a task)
+    }
+  }
+
+  void process();
+  bool discard_body();
+  void start_request(std::span<const char> in, size_t head_len);
+  void run_phases();
+  void send_simple_error(int status);
+  void serve_status();
+  void log_request();
+
+  HttpServer& srv_;
+  const CoreContext& core_;
+  net::Stream* stream_;
+  const config::ListenSocket& listen_;
+  State state_ = State::kIdle;
+  uint64_t* state_stat_ = nullptr;
+  ParserLimits limits_;
+  size_t last_len_ = 0;
+
+  // Current request.
+  HeaderField fields_[kMaxFields];
+  Request req_;
+  std::string head_buf_;
+  std::string uri_;
+  std::string host_lower_;
+  std::string remote_addr_;
+  uint16_t server_port_ = 0;
+  uint64_t id_ = 0;
+  const config::ServerConf* server_ = nullptr;
+  const config::LocationConf* loc_ = nullptr;
+  ResponseHead head_;
+  std::string out_head_;
+  std::unique_ptr<ContentState> state_slot_;
+  uint64_t start_ms_ = 0;
+  uint64_t requests_ = 0;
+  uint64_t head_bytes_ = 0;
+  uint64_t body_bytes_ = 0;
+  uint64_t body_left_ = 0;       // Content-Length body bytes still to discard
+  std::optional<ChunkedDecoder> chunked_;
+  bool keep_alive_ = true;
+  bool head_only_ = false;
+  bool head_sent_ = false;
+  bool peer_closed_ = false;
+  bool waiting_output_ = false;
+  bool abort_pending_ = false;
+  bool in_process_ = false;
+  int status_ = 0;
+};
+
+void HttpConnection::process() {
+  if (in_process_) return;
+  in_process_ = true;
+  while (stream_ != nullptr) {
+    if (state_ == State::kClosing || state_ == State::kBusy) break;
+    if (state_ == State::kDiscardBody) {
+      if (!discard_body()) break;
+      continue;
+    }
+    std::span<const char> in = stream_->input();
+    if (in.empty()) break;
+    if (stream_->pending_output() > kPipelineHighWater) {
+      waiting_output_ = true;
+      stream_->set_low_water(kPipelineHighWater / 2);
+      break;
+    }
+    if (state_ == State::kIdle) {
+      state_ = State::kReadingHead;
+      set_stat(&core_.stats->conn_reading);
+      arm(listen_.default_server->client_header_timeout_ms);
+    }
+    ParseResult r = parse_request(std::string_view(in.data(), in.size()), req_, limits_, last_len_);
+    if (r.status == ParseStatus::kPartial) {
+      last_len_ = in.size();
+      break;
+    }
+    last_len_ = 0;
+    if (r.status == ParseStatus::kError) {
+      server_ = listen_.default_server;
+      loc_ = &server_->base;
+      KOSOKU_LOG(kInfo, "client sent invalid request (%s, %d), client: %s", r.reason, r.http_status,
+                 stream_->peer_text());
+      send_simple_error(r.http_status);
+      break;
+    }
+    start_request(in, r.consumed);
+  }
+  if (stream_ != nullptr && state_ != State::kClosing) stream_->flush();
+  in_process_ = false;
+}
+
+void HttpConnection::start_request(std::span<const char> in, size_t head_len) {
+  // Own the head bytes: the stream's input buffer may move while the request waits for the disk.
+  head_buf_.assign(in.data(), head_len);
+  const char* from = in.data();
+  const char* to = head_buf_.data();
+  auto rb = [&](std::string_view& v) { v = rebase(v, from, head_len, to); };
+  rb(req_.method_text);
+  rb(req_.target);
+  rb(req_.path);
+  rb(req_.query);
+  rb(req_.host);
+  rb(req_.host_name);
+  rb(req_.host_port);
+  for (size_t i = 0; i < req_.field_count; ++i) {
+    rb(fields_[i].name);
+    rb(fields_[i].value);
+  }
+  stream_->consume(head_len);
+  head_bytes_ = head_len;
+
+  ++core_.stats->requests;
+  ++requests_;
+  state_ = State::kBusy;
+  set_stat(&core_.stats->conn_writing);
+  start_ms_ = core_.reactor->now_ms();
+  head_ = ResponseHead{};
+  head_only_ = req_.method == Method::kHead;
+  head_sent_ = false;
+  body_bytes_ = 0;
+  status_ = 0;
+  body_left_ = 0;
+  chunked_.reset();
+  if (req_.body == BodyFraming::kContentLength) body_left_ = *req_.content_length;
+  if (req_.body == BodyFraming::kChunked) chunked_.emplace(ChunkedLimits{});
+
+  // Virtual server by Host (lower-cased), then the location by the normalised path.
+  host_lower_.assign(req_.host_name.data(), req_.host_name.size());
+  absl::AsciiStrToLower(&host_lower_);
+  server_ = listen_.find_server(host_lower_);
+  loc_ = &server_->base;
+  set_limits(*server_);
+  keep_alive_ = req_.keep_alive() && !srv_.shutting_down() && !peer_closed_;
+  run_phases();
+}
+
+void HttpConnection::run_phases() {
+  NormalizeResult nr = normalize_path(req_.path, uri_);
+  int norm = nr.http_status;
+  if (req_.target_form != TargetForm::kOrigin && req_.target_form != TargetForm::kAbsolute) {
+    norm = req_.method == Method::kConnect ? 405 : (req_.method == Method::kOptions ? 0 : 400);
+    uri_.assign("*");
+  }
+  if (norm != 0) {
+    keep_alive_ = false;
+    respond(norm, {}, {});
+    return;
+  }
+  loc_ = server_->find_location(uri_);
+  if (chunked_.has_value()) chunked_.emplace(ChunkedLimits{.max_body_size = loc_->client_max_body_size});
+  if (loc_->keepalive_timeout_ms == 0 || requests_ >= loc_->keepalive_requests) keep_alive_ = false;
+
+  // Request body framing limits (RFC 9110 §15.5.14; nginx client_max_body_size).
+  uint64_t max_body = loc_->client_max_body_size;
+  if (req_.body == BodyFraming::kContentLength && max_body != 0 && *req_.content_length > max_body) {
+    keep_alive_ = false;
+    respond(413, {}, {});
+    return;
+  }
+  if (req_.expect_other) {
+    keep_alive_ = false;
+    respond(417, {}, {});
+    return;
+  }
+
+  // ACCESS phase: allow/deny.
+  if (!access_allowed(*loc_, stream_->peer())) {
+    KOSOKU_LOG(kError, "access forbidden by rule, client: %s, request: \"%s %s\"", stream_->peer_text(),
+               req_.method_text, req_.target);
+    respond(403, {}, {});
+    return;
+  }
+  // A request body is never read by the handlers below: refuse 100-continue and close after the answer if the
+  // client is waiting for permission, otherwise discard the body after the response.
+  if (req_.body != BodyFraming::kNone && req_.expect_100_continue) keep_alive_ = false;
+
+  if (loc_->ret.code != 0) {
+    int code = loc_->ret.code;
+    if (code == 301 || code == 302 || code == 303 || code == 307 || code == 308) {
+      redirect(code, loc_->ret.text);
+    } else {
+      respond(code, loc_->ret.text, loc_->ret.text.empty() ? std::string_view() : loc_->default_type);
+    }
+    return;
+  }
+  if (req_.method != Method::kGet && req_.method != Method::kHead) {
+    head_.extra.assign("Allow: GET, HEAD\r\n");
+    respond(405, {}, {});
+    return;
+  }
+  if (loc_->status) {
+    serve_status();
+    return;
+  }
+  srv_.static_handler().handle(*this);
+}
+
+// `status;` (like nginx's stub_status): every core's counters, aggregated on demand. Format by
+// ?format=json|prometheus|text (default text, nginx stub_status-compatible first lines).
+void HttpConnection::serve_status() {
+  stats::Snapshot snap = stats::aggregate(*core_.all_stats, core_.reactor->wall_time());
+  std::string_view args = req_.query;
+  std::string body;
+  std::string_view type = "text/plain";
+  if (absl::StrContains(args, "format=json")) {
+    body = stats::render_json(snap);
+    type = "application/json";
+  } else if (absl::StrContains(args, "format=prom")) {
+    body = stats::render_prometheus(snap);
+    type = "text/plain; version=0.0.4";
+  } else {
+    body = stats::render_text(snap);
+  }
+  head_.extra.assign("Cache-Control: no-cache\r\n");
+  respond(200, body, type);
+}
+
+void HttpConnection::send_head() {
+  if (stream_ == nullptr || head_sent_) return;
+  head_sent_ = true;
+  status_ = head_.status;
+  if (head_.content_length < 0 && status_has_body(status_) && !head_only_) keep_alive_ = false;
+  std::string& h = out_head_;
+  h.clear();
+  absl::StrAppend(&h, "HTTP/1.1 ", status_, " ", reason_phrase(status_), "\r\nServer: kosoku\r\nDate: ",
+                  core_.reactor->http_date(), "\r\n");
+  if (!head_.content_type.empty()) absl::StrAppend(&h, "Content-Type: ", head_.content_type, "\r\n");
+  if (head_.content_length >= 0 && status_ != 304 && status_ != 204 && status_ >= 200) {
+    absl::StrAppend(&h, "Content-Length: ", head_.content_length, "\r\n");
+  }
+  if (head_.last_modified >= 0) {
+    char date[kHttpDateLen];
+    absl::StrAppend(&h, "Last-Modified: ", format_http_date(head_.last_modified, date), "\r\n");
+  }
+  if (!keep_alive_) {
+    h.append("Connection: close\r\n");
+  } else {
+    h.append("Connection: keep-alive\r\n");
+    if (loc_ != nullptr && loc_->keepalive_header_timeout_s > 0) {
+      absl::StrAppend(&h, "Keep-Alive: timeout=", loc_->keepalive_header_timeout_s, "\r\n");
+    }
+  }
+  if (!head_.etag.empty()) absl::StrAppend(&h, "ETag: ", head_.etag, "\r\n");
+  if (!head_.location.empty()) absl::StrAppend(&h, "Location: ", head_.location, "\r\n");
+  if (head_.accept_ranges) h.append("Accept-Ranges: bytes\r\n");
+  h.append(head_.extra);
+  if (loc_ != nullptr) {
+    for (const config::AddHeader& a : loc_->add_header) {
+      if (a.always || add_header_status(status_)) absl::StrAppend(&h, a.name, ": ", a.value, "\r\n");
+    }
+  }
+  h.append("\r\n");
+  stream_->write(h);
+}
+
+void HttpConnection::respond(int status, std::string_view body, std::string_view content_type) {
+  head_.status = status;
+  if (body.empty() && !(status >= 200 && status < 300)) {
+    body = error_page(status);
+    if (!body.empty()) content_type = "text/html";
+  }
+  if (status == 304 || status == 204 || status < 200) body = {};
+  head_.content_type = content_type;
+  head_.content_length = static_cast<int64_t>(body.size());
+  if (status >= 400) head_.etag.clear();
+  send_head();
+  write(body);
+  finish();
+}
+
+void HttpConnection::redirect(int status, std::string_view location) {
+  head_.location.assign(location);
+  respond(status, {}, {});
+}
+
+void HttpConnection::send_simple_error(int status) {
+  // A request we could not parse: answer and close (never process what follows it on this connection).
+  state_ = State::kBusy;
+  keep_alive_ = false;
+  head_only_ = false;
+  head_ = ResponseHead{};
+  head_sent_ = false;
+  body_bytes_ = 0;
+  head_buf_.clear();
+  req_.method_text = {};
+  req_.target = {};
+  start_ms_ = core_.reactor->now_ms();
+  respond(status, {}, {});
+}
+
+void HttpConnection::finish() {
+  if (state_ != State::kBusy) return;
+  core_.stats->count_response(status_);
+  log_request();
+  if (stream_ == nullptr) return;
+  if (!keep_alive_) {
+    stream_->flush();
+    close(net::Stream::Close::kGraceful);
+    return;
+  }
+  if (req_.body != BodyFraming::kNone && (body_left_ > 0 || chunked_.has_value())) {
+    state_ = State::kDiscardBody;
+    set_stat(&core_.stats->conn_reading);
+    arm(loc_->client_body_timeout_ms);
+  } else {
+    state_ = State::kIdle;
+    set_stat(&core_.stats->conn_idle);
+    arm(loc_->keepalive_timeout_ms);
+  }
+  if (!in_process_) {
+    stream_->flush();
+    process();
+  }
+}
+
+bool HttpConnection::discard_body() {
+  std::span<const char> in = stream_->input();
+  if (in.empty()) return false;
+  if (!chunked_.has_value()) {
+    size_t n = in.size() < body_left_ ? in.size() : static_cast<size_t>(body_left_);
+    stream_->consume(n);
+    body_left_ -= n;
+    if (body_left_ > 0) {
+      arm(loc_->client_body_timeout_ms);
+      return false;
+    }
+  } else {
+    // Decoded data is dropped; only framing matters (the next request starts right after the body).
+    size_t window = std::min(in.size(), kDiscardChunk);
+    ChunkedStep r = chunked_->decode(std::string_view(in.data(), window));
+    stream_->consume(r.consumed);
+    if (r.status == ChunkedStatus::kError) {
+      KOSOKU_LOG(kInfo, "client sent invalid chunked body (%s), client: %s", r.reason, stream_->peer_text());
+      close(net::Stream::Close::kAbort);
+      return false;
+    }
+    if (r.status == ChunkedStatus::kData) return true;  // more framing may follow in the buffer
+    if (r.status != ChunkedStatus::kDone) {
+      arm(loc_->client_body_timeout_ms);
+      return false;
+    }
+    chunked_.reset();
+  }
+  state_ = State::kIdle;
+  set_stat(&core_.stats->conn_idle);
+  arm(loc_->keepalive_timeout_ms);
+  return true;
+}
+
+void HttpConnection::log_request() {
+  if (srv_.access_log == nullptr || loc_ == nullptr || loc_->access_log.empty()) return;
+  uint64_t request_time = core_.reactor->now_ms() - start_ms_;
+  srv_.access_log->log(*loc_, *this, status_, body_bytes_ + out_head_.size(), body_bytes_, request_time);
+}
+
+HttpServer::HttpServer(const CoreContext& core, ContentHandler& static_handler)
+    : core_(core), static_handler_(static_handler) {}
+
+net::StreamHandler* HttpServer::on_accept(net::Stream& s, const config::ListenSocket& listen) {
+  return new HttpConnection(*this, s, listen);
+}
+
+void HttpServer::begin_shutdown() {
+  shutting_down_ = true;
+  for (Node* n = live.next; n != nullptr;) {
+    Node* next = n->next;
+    static_cast<HttpConnection*>(n)->shutdown_if_idle();
+    n = next;
+  }
+}
+
+}  // namespace kosoku::http

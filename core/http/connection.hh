@@ -1,0 +1,58 @@
+// HTTP/1.1 on a net::Stream (RFC 9112): request heads parsed in place, keep-alive (also HTTP/1.0
+// "Connection: keep-alive"), pipelining with responses in request order, request bodies read and discarded
+// (Content-Length or chunked; static locations answer 405 first), Expect: 100-continue, and the timeouts
+// client_header_timeout, client_body_timeout, send_timeout, keepalive_timeout, keepalive_requests.
+// A malformed request gets its 4xx/5xx and the connection is closed gracefully (lingering close), so the
+// response is not lost to a reset and nothing after the bad request is ever processed.
+#pragma once
+
+#include <memory>
+
+#include "core/http/exchange.hh"
+#include "core/net/stream.hh"
+
+namespace kosoku::http {
+
+class AccessLogSink;
+
+/// One per core: accepts streams and creates a connection for each.
+class HttpServer final : public net::AcceptHandler {
+ public:
+  HttpServer(const CoreContext& core, ContentHandler& static_handler);
+  net::StreamHandler* on_accept(net::Stream& s, const config::ListenSocket& listen) override;
+
+  const CoreContext& core() const { return core_; }
+  ContentHandler& static_handler() { return static_handler_; }
+  /// Graceful shutdown: idle keep-alive connections close now, busy ones after their current response.
+  void begin_shutdown();
+  bool shutting_down() const { return shutting_down_; }
+
+  /// Access log writer hook (set by main once access logs are opened); may stay null.
+  AccessLogSink* access_log = nullptr;
+  /// Connections accepted by this core ($connection is core-local: core id in the high bits).
+  uint64_t connection_counter = 0;
+
+  // Intrusive list of live connections (for shutdown).
+  struct Node {
+    Node* prev = nullptr;
+    Node* next = nullptr;
+  };
+  Node live;
+
+ private:
+  CoreContext core_;
+  ContentHandler& static_handler_;
+  bool shutting_down_ = false;
+};
+
+/// Receives one access-log line per finished request (formatted by the connection).
+class AccessLogSink {
+ public:
+  virtual void log(const config::LocationConf& loc, Exchange& ex, int status, uint64_t bytes_sent,
+                   uint64_t body_bytes_sent, uint64_t request_time_ms) = 0;
+
+ protected:
+  ~AccessLogSink() = default;
+};
+
+}  // namespace kosoku::http

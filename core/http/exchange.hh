@@ -1,0 +1,126 @@
+// One request/response exchange on an HTTP/1.1 connection, as seen by content handlers (static files now;
+// proxy and cache later). The connection (connection.hh) parses the request and runs the phases in nginx's
+// order (find server → find location → access → return/status → content → log); the content handler
+// produces the response through this interface and calls finish() exactly once.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/config/conf.hh"
+#include "core/http/parser.hh"
+
+namespace kosoku::disk {
+class DiskQueue;
+class OpenFileCache;
+}  // namespace kosoku::disk
+namespace kosoku::reactor {
+class Reactor;
+}
+namespace kosoku::stats {
+struct CoreStats;
+}
+
+namespace kosoku::http {
+
+/// Per-core context shared by every connection of a loop.
+struct CoreContext {
+  reactor::Reactor* reactor = nullptr;
+  stats::CoreStats* stats = nullptr;
+  const config::MainConf* conf = nullptr;
+  disk::OpenFileCache* open_file_cache = nullptr;
+  std::string prefix;  // directory relative paths (root, alias, logs) resolve against, with trailing '/'
+  /// The core's queue for a `disk_queue` name (never null for names the config validated).
+  disk::DiskQueue* (*find_queue)(void* owner, std::string_view name) = nullptr;
+  void* queue_owner = nullptr;
+  disk::DiskQueue* queue(std::string_view name) const { return find_queue(queue_owner, name); }
+  /// Every core's counters (for the `status` location); filled before the loops start, read-only after.
+  const std::vector<const stats::CoreStats*>* all_stats = nullptr;
+};
+
+/// Response head fields a handler sets before send_head(). Content-Length -1: unknown (the connection then
+/// closes after the body, HTTP/1.1 chunked is not used for static content).
+struct ResponseHead {
+  int status = 200;
+  std::string_view content_type;      // empty: none
+  int64_t content_length = -1;
+  int64_t last_modified = -1;         // seconds since the epoch; -1: none
+  std::string etag;                   // with quotes (and W/ if weak); empty: none
+  std::string location;               // absolute-path or URL for redirects
+  std::string extra;                  // further header lines, each "Name: value\r\n"
+  bool accept_ranges = false;
+};
+
+/// Per-request state of a content module, owned by the exchange and reused across keep-alive requests.
+class ContentState {
+ public:
+  virtual ~ContentState() = default;
+  /// The client went away while this state had work in flight. The state must stop producing output and
+  /// call Exchange::release() once no I/O of its own is in flight (possibly right away).
+  virtual void on_abort() = 0;
+  /// The stream's pending output fell to the low-water mark (see Exchange::set_low_water).
+  virtual void on_writable() = 0;
+};
+
+class Exchange {
+ public:
+  // Request.
+  virtual const Request& request() const = 0;
+  /// Normalised, percent-decoded path (nginx $uri).
+  virtual std::string_view uri() const = 0;
+  virtual std::string_view args() const = 0;
+  virtual const config::ServerConf& server() const = 0;
+  virtual const config::LocationConf& location() const = 0;
+  virtual const CoreContext& core() const = 0;
+  /// The client's address as text ($remote_addr) and the connection's counters.
+  virtual std::string_view remote_addr() const = 0;
+  virtual uint16_t server_port() const = 0;
+  virtual uint64_t connection_id() const = 0;
+  virtual uint64_t connection_requests() const = 0;
+  /// Lower-cased host of the request (Host or absolute-form authority); empty if none ($host falls back to
+  /// the server name).
+  virtual std::string_view host() const = 0;
+  /// Bytes of the request head ($request_length, without the body).
+  virtual uint64_t request_length() const = 0;
+
+  // Response.
+  virtual ResponseHead& head() = 0;
+  /// Serialise head() into the output (adds Date, Server, Connection, add_header...). For HEAD requests
+  /// the connection suppresses the body: write()/write_ref() become no-ops.
+  virtual void send_head() = 0;
+  /// A complete response with a default body (error page) or `body`, then finish().
+  virtual void respond(int status, std::string_view body = {}, std::string_view content_type = {}) = 0;
+  /// 301/302/307/308 to `location` with nginx's default body, then finish().
+  virtual void redirect(int status, std::string_view location) = 0;
+  virtual void write(std::string_view data) = 0;
+  /// Zero-copy: the bytes stay valid until pending_output() drops past them.
+  virtual void write_ref(const char* data, size_t len) = 0;
+  virtual size_t pending_output() const = 0;
+  virtual void set_low_water(size_t bytes) = 0;
+  /// The response is complete (all body bytes written or referenced).
+  virtual void finish() = 0;
+  /// The response cannot be completed (e.g. a read error after the head was sent): the connection is cut
+  /// without finishing the message, so the client sees a truncated response, never a wrong one. The state then
+  /// gets on_abort().
+  virtual void abort_response() = 0;
+  /// After on_abort(): no I/O of the state is in flight any more.
+  virtual void release() = 0;
+  /// The request-level slot for the content module's state.
+  virtual std::unique_ptr<ContentState>& state() = 0;
+
+ protected:
+  ~Exchange() = default;
+};
+
+/// The content phase: produces the response for an exchange. Stateless; per-request state goes in
+/// Exchange::state().
+class ContentHandler {
+ public:
+  virtual ~ContentHandler() = default;
+  virtual void handle(Exchange& ex) = 0;
+};
+
+}  // namespace kosoku::http

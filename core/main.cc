@@ -1,0 +1,178 @@
+// kosoku: the entry point. Parses flags, loads and validates the configuration (the same code as `-t` and
+// `make image`), starts one pinned Worker per core (worker_processes), then waits for signals:
+//   SIGTERM, SIGINT  stop accepting, drain in-flight requests (bounded: 10 s), exit 0
+//   SIGUSR1          reopen the error log and access logs (logrotate)
+//   SIGHUP           no-op with a log line: kosoku reads its configuration once; the appliance re-flashes
+//                    its image to change it (documented in README.md)
+#include <signal.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/base/log.hh"
+#include "core/config/check.hh"
+#include "core/config/loader.hh"
+#include "core/worker.hh"
+
+#ifdef KOSOKU_MIMALLOC
+#include <mimalloc.h>
+#endif
+
+namespace {
+
+constexpr uint64_t kDrainMs = 10000;
+
+void usage(FILE* out) {
+  std::fprintf(out,
+               "Usage: kosoku [-?hvVt] [-c filename] [-p prefix]\n\n"
+               "Options:\n"
+               "  -?,-h         : this help\n"
+               "  -v            : show version and exit\n"
+               "  -V            : show version and build options and exit\n"
+               "  -t            : test configuration and exit\n"
+               "  -c filename   : set configuration file (default: conf/default.conf)\n"
+               "  -p prefix     : set prefix path for relative paths (default: the configuration file's "
+               "directory)\n");
+}
+
+std::string dir_of(const std::string& path) {
+  size_t slash = path.rfind('/');
+  if (slash == std::string::npos) return "./";
+  return path.substr(0, slash + 1);
+}
+
+std::vector<int> allowed_cpus() {
+  std::vector<int> cpus;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) {
+    for (int i = 0; i < CPU_SETSIZE; ++i) {
+      if (CPU_ISSET(i, &set)) cpus.push_back(i);
+    }
+  }
+  return cpus;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string conf_path = "conf/default.conf";
+  std::string prefix;
+  bool test_only = false;
+  for (int i = 1; i < argc; ++i) {
+    std::string_view a = argv[i];
+    if (a == "-t") {
+      test_only = true;
+    } else if (a == "-v" || a == "-V") {
+      std::printf("kosoku version: kosoku/%s\n", KOSOKU_VERSION);
+      if (a == "-V") {
+        std::printf("built with g++ %s, C++20\nbuild options: %s; io_uring (liburing), Abseil, RE2", __VERSION__,
+                    KOSOKU_BUILD_OPTIONS);
+#ifdef KOSOKU_MIMALLOC
+        std::printf(", mimalloc %d", mi_version());
+#endif
+        std::printf("\nnetwork backends: kernel (io_uring sockets)\n");
+      }
+      return 0;
+    } else if ((a == "-c" || a == "-p") && i + 1 < argc) {
+      (a == "-c" ? conf_path : prefix) = argv[++i];
+    } else if (a == "-h" || a == "-?") {
+      usage(stdout);
+      return 0;
+    } else {
+      std::fprintf(stderr, "kosoku: invalid option: \"%s\"\n", argv[i]);
+      usage(stderr);
+      return 1;
+    }
+  }
+
+  if (test_only) return kosoku::config::test_config(conf_path, std::cout, std::cerr);
+
+  kosoku::config::LoadResult loaded = kosoku::config::load(conf_path);
+  if (!loaded.conf) {
+    std::fprintf(stderr, "kosoku: [emerg] %s\n", loaded.error.c_str());
+    return 1;
+  }
+  const kosoku::config::MainConf& conf = *loaded.conf;
+  if (prefix.empty()) prefix = dir_of(conf_path);
+  if (prefix.back() != '/') prefix.push_back('/');
+
+  // Error log.
+  auto& elog = kosoku::base::ErrorLog::global();
+  std::string elog_path = conf.error_log_path;
+  if (elog_path != "stderr" && !elog_path.empty() && elog_path[0] != '/') elog_path = prefix + elog_path;
+  if (int rc = elog.open(elog_path, static_cast<kosoku::base::LogLevel>(conf.error_log_level)); rc < 0) {
+    std::fprintf(stderr, "kosoku: [emerg] open() \"%s\" failed (%d: %s)\n", elog_path.c_str(), -rc,
+                 std::strerror(-rc));
+    return 1;
+  }
+  if (conf.worker_rlimit_nofile > 0) {
+    rlimit rl{conf.worker_rlimit_nofile, conf.worker_rlimit_nofile};
+    if (setrlimit(RLIMIT_NOFILE, &rl) != 0) {
+      KOSOKU_LOG(kAlert, "setrlimit(RLIMIT_NOFILE, %d) failed (%d: %s)", conf.worker_rlimit_nofile, errno,
+                 std::strerror(errno));
+    }
+  }
+
+  // Signals are taken synchronously by this thread (sigwait); the loops never see them.
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  for (int s : {SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGQUIT}) sigaddset(&sigs, s);
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  std::vector<int> cpus = allowed_cpus();
+  int n = conf.worker_processes;
+  std::vector<std::unique_ptr<kosoku::Worker>> workers;
+  std::vector<const kosoku::stats::CoreStats*> all_stats;
+  for (int i = 0; i < n; ++i) {
+    int cpu = -1;
+    if (!conf.worker_cpu_affinity.empty()) {
+      cpu = conf.worker_cpu_affinity[static_cast<size_t>(i) % conf.worker_cpu_affinity.size()];
+    } else if (!cpus.empty()) {
+      cpu = cpus[static_cast<size_t>(i) % cpus.size()];
+    }
+    workers.push_back(std::make_unique<kosoku::Worker>(i, cpu, conf, prefix, &all_stats));
+    all_stats.push_back(&workers.back()->stats());
+  }
+  for (auto& w : workers) {
+    std::string err;
+    if (int rc = w->start(&err); rc < 0) {
+      std::fprintf(stderr, "kosoku: [emerg] %s\n", err.c_str());
+      KOSOKU_LOG(kEmerg, "%s", err);
+      for (auto& o : workers) o->request_stop(0);
+      for (auto& o : workers) o->join();
+      return 1;
+    }
+  }
+  KOSOKU_LOG(kNotice, "kosoku/%s started: %d worker(s), configuration \"%s\"", KOSOKU_VERSION, n, conf_path);
+
+  for (;;) {
+    int sig = 0;
+    if (sigwait(&sigs, &sig) != 0) continue;
+    if (sig == SIGUSR1) {
+      kosoku::base::request_log_reopen();
+      elog.reopen();
+      KOSOKU_LOG(kNotice, "reopening logs");
+      continue;
+    }
+    if (sig == SIGHUP) {
+      KOSOKU_LOG(kNotice, "SIGHUP ignored: kosoku reads its configuration only at start "
+                          "(restart it, or re-flash the appliance image, to change it)");
+      continue;
+    }
+    KOSOKU_LOG(kNotice, "signal %d received, shutting down gracefully", sig);
+    break;
+  }
+  for (auto& w : workers) w->request_stop(kDrainMs);
+  for (auto& w : workers) w->join();
+  KOSOKU_LOG(kNotice, "exit");
+  return 0;
+}

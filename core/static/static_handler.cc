@@ -1,0 +1,481 @@
+#include "core/static/static_handler.hh"
+
+#include <fcntl.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "core/base/log.hh"
+#include "core/disk/disk_queue.hh"
+#include "core/disk/open_file_cache.hh"
+#include "core/http/conditional.hh"
+#include "core/http/range.hh"
+#include "core/http/uri.hh"
+#include "core/reactor/reactor.hh"
+
+namespace kosoku::static_files {
+
+namespace {
+
+constexpr size_t kMaxBuffer = 256 * 1024;  // per buffer; two per request
+constexpr int kMaxInternalRedirects = 10;  // nginx: "rewrite or internal redirection cycle"
+constexpr size_t kMaxRanges = 16;          // RangeLimits::max_ranges default
+
+// One piece of the response body: literal text (multipart delimiters) or a byte range of the file.
+struct Piece {
+  std::string text;
+  uint64_t offset = 0;
+  uint64_t length = 0;
+};
+
+class StaticState final : public http::ContentState,
+                          public disk::OpenRequest::Callback,
+                          public disk::DiskCallback {
+ public:
+  explicit StaticState(http::Exchange& ex) : ex_(ex) {}
+  ~StaticState() override {
+    for (char*& b : buf_) std::free(b);
+  }
+
+  void start();
+
+  // ContentState
+  void on_abort() override {
+    aborted_ = true;
+    if (!open_in_flight_ && !read_in_flight_) ex_.release();
+  }
+  void on_writable() override {
+    if (streaming_) pump();
+  }
+  // OpenRequest::Callback
+  void on_open_done(disk::OpenRequest&) override {
+    open_in_flight_ = false;
+    if (aborted_) {
+      open_.file.reset();
+      ex_.release();
+      return;
+    }
+    opened();
+  }
+  // DiskCallback
+  void on_disk_done(disk::DiskOp& op) override {
+    read_in_flight_ = false;
+    if (aborted_) {
+      ex_.release();
+      return;
+    }
+    read_done(op.result);
+    pump();
+  }
+
+ private:
+  enum class Step { kTryFiles, kFile, kIndex };
+
+  void lookup(std::string path);
+  void opened();
+  void next_try();
+  void serve_file();
+  void pump();
+  void read_done(int32_t result);
+  void fail_open(int error);
+  std::string map_uri(std::string_view uri, bool* ok) const;
+  void internal_redirect(std::string_view uri);
+
+  http::Exchange& ex_;
+  disk::OpenRequest open_;
+  disk::DiskOp read_op_;
+  std::string path_;       // filesystem path being looked up
+  std::string uri_;        // current URI (after try_files / index)
+  Step step_ = Step::kFile;
+  size_t try_index_ = 0;
+  size_t index_index_ = 0;
+  std::string dir_path_;   // directory of the index search
+  bool try_dir_ = false;   // the current try_files entry ends with '/'
+  int redirects_ = 0;
+
+  // Streaming.
+  std::string boundary_;
+  std::string multipart_type_;
+  uint64_t boundary_seed_ = 0;
+  std::vector<Piece> pieces_;
+  size_t piece_ = 0;
+  uint64_t piece_done_ = 0;
+  char* buf_[2] = {nullptr, nullptr};
+  size_t buf_cap_[2] = {0, 0};
+  uint64_t end_mark_[2] = {0, 0};
+  uint64_t written_ = 0;
+  int next_buf_ = 0;
+  size_t chunk_ = 0;
+  uint32_t read_len_ = 0;
+  bool streaming_ = false;
+  bool open_in_flight_ = false;
+  bool read_in_flight_ = false;
+  bool aborted_ = false;
+};
+
+std::string StaticState::map_uri(std::string_view uri, bool* ok) const {
+  const config::LocationConf& loc = ex_.location();
+  const std::string& prefix = ex_.core().prefix;
+  std::string out;
+  *ok = true;
+  if (loc.alias.has_value()) {
+    const std::string& alias = *loc.alias;
+    if (alias.empty() || alias[0] != '/') out = prefix;
+    out += alias;
+    if (loc.match == config::LocationConf::Match::kRegex || loc.match == config::LocationConf::Match::kRegexCaseless) {
+      // nginx: with a regex location, alias is the full path (captures are not supported yet).
+      return out;
+    }
+    std::string_view rest = uri;
+    if (absl::StartsWith(rest, loc.pattern)) rest.remove_prefix(loc.pattern.size());
+    if (!rest.empty() && rest[0] == '/' && !out.empty() && out.back() == '/') rest.remove_prefix(1);
+    out.append(rest.data(), rest.size());
+    return out;
+  }
+  if (loc.root.empty() || loc.root[0] != '/') out = prefix;
+  out += loc.root;
+  if (!out.empty() && out.back() == '/') out.pop_back();
+  out.append(uri.data(), uri.size());
+  return out;
+}
+
+void StaticState::start() {
+  uri_.assign(ex_.uri());
+  redirects_ = 0;
+  const config::LocationConf& loc = ex_.location();
+  if (!loc.try_files.empty()) {
+    step_ = Step::kTryFiles;
+    try_index_ = 0;
+    next_try();
+    return;
+  }
+  step_ = Step::kFile;
+  bool ok;
+  lookup(map_uri(uri_, &ok));
+}
+
+// try_files file ... uri|=code: each entry may use $uri (and $uri/ to test a directory).
+void StaticState::next_try() {
+  const std::vector<std::string>& tf = ex_.location().try_files;
+  if (try_index_ + 1 >= tf.size()) {
+    const std::string& last = tf.back();
+    if (!last.empty() && last[0] == '=') {
+      int code = std::atoi(last.c_str() + 1);
+      ex_.respond(code > 0 ? code : 404);
+      return;
+    }
+    internal_redirect(absl::StrReplaceAll(last, {{"$uri", ex_.uri()}, {"$args", ex_.args()}}));
+    return;
+  }
+  std::string entry = absl::StrReplaceAll(tf[try_index_], {{"$uri", uri_}});
+  ++try_index_;
+  try_dir_ = !entry.empty() && entry.back() == '/';
+  if (try_dir_ && entry.size() > 1) entry.pop_back();
+  bool ok;
+  lookup(map_uri(entry, &ok));
+}
+
+void StaticState::internal_redirect(std::string_view uri) {
+  if (++redirects_ > kMaxInternalRedirects) {
+    KOSOKU_LOG(kError, "rewrite or internal redirection cycle while internally redirecting to \"%s\"", uri);
+    ex_.respond(500);
+    return;
+  }
+  // Only an internal redirect to the same URI space is supported: re-run the lookup without try_files.
+  std::string_view path = uri;
+  size_t q = path.find('?');
+  if (q != std::string_view::npos) path = path.substr(0, q);
+  uri_.assign(path);
+  step_ = Step::kFile;
+  bool ok;
+  lookup(map_uri(uri_, &ok));
+}
+
+void StaticState::lookup(std::string path) {
+  path_ = std::move(path);
+  const config::LocationConf& loc = ex_.location();
+  disk::DiskQueue* q = ex_.core().queue(loc.aio_queue);
+  open_.callback = this;
+  open_.file.reset();
+  open_.error = 0;
+  switch (ex_.core().open_file_cache->open(path_, loc.open_file_cache, *q, loc.aio, open_)) {
+    case disk::OpenFileCache::Result::kDone:
+      opened();
+      return;
+    case disk::OpenFileCache::Result::kQueued:
+      open_in_flight_ = true;
+      return;
+    case disk::OpenFileCache::Result::kOverflow:
+      ex_.respond(503);
+      return;
+  }
+}
+
+void StaticState::fail_open(int error) {
+  int status = 500;
+  if (error == ENOENT || error == ENOTDIR || error == ENAMETOOLONG || error == ELOOP) {
+    status = 404;
+    KOSOKU_LOG(kError, "open() \"%s\" failed (%d: %s)", path_, error, std::strerror(error));
+  } else if (error == EACCES || error == EPERM) {
+    status = 403;
+    KOSOKU_LOG(kError, "open() \"%s\" failed (%d: %s)", path_, error, std::strerror(error));
+  } else {
+    KOSOKU_LOG(kCrit, "open() \"%s\" failed (%d: %s)", path_, error, std::strerror(error));
+  }
+  ex_.respond(status);
+}
+
+void StaticState::opened() {
+  if (step_ == Step::kTryFiles) {
+    bool found = open_.error == 0 && open_.file && (try_dir_ ? open_.file->is_dir() : !open_.file->is_dir());
+    if (!found) {
+      next_try();
+      return;
+    }
+    // A "$uri/" entry that exists continues as a directory: index, or 301 to the slash form (as nginx).
+    step_ = Step::kFile;
+  }
+  if (step_ == Step::kIndex) {
+    if (open_.error == 0 && open_.file && !open_.file->is_dir()) {
+      serve_file();
+      return;
+    }
+    if (open_.error != 0 && open_.error != ENOENT && open_.error != ENOTDIR) {
+      fail_open(open_.error);
+      return;
+    }
+    const std::vector<std::string>& idx = ex_.location().index;
+    if (++index_index_ < idx.size()) {
+      lookup(dir_path_ + idx[index_index_]);
+      return;
+    }
+    KOSOKU_LOG(kError, "directory index of \"%s\" is forbidden", dir_path_);
+    ex_.respond(403);
+    return;
+  }
+  if (open_.error != 0) {
+    fail_open(open_.error);
+    return;
+  }
+  if (open_.file->is_dir()) {
+    if (uri_.empty() || uri_.back() != '/') {
+      // nginx: a directory without the trailing slash → 301 to the slash form (relative Location).
+      std::string location;
+      http::escape_path(uri_, location);
+      location.push_back('/');
+      if (!ex_.args().empty()) absl::StrAppend(&location, "?", ex_.args());
+      ex_.redirect(301, location);
+      return;
+    }
+    const std::vector<std::string>& idx = ex_.location().index;
+    if (idx.empty()) {
+      ex_.respond(403);
+      return;
+    }
+    dir_path_ = path_;
+    if (dir_path_.back() != '/') dir_path_.push_back('/');
+    step_ = Step::kIndex;
+    index_index_ = 0;
+    lookup(dir_path_ + idx[0]);
+    return;
+  }
+  serve_file();
+}
+
+void StaticState::serve_file() {
+  const disk::OpenFile& f = *open_.file.get();
+  if (!S_ISREG(f.st().st_mode)) {
+    ex_.respond(404);
+    return;
+  }
+  // The index step changes $uri to the index file (nginx internal redirect); the MIME type follows it.
+  std::string_view name = path_;
+  size_t slash = name.rfind('/');
+  if (slash != std::string_view::npos) name.remove_prefix(slash + 1);
+  const config::LocationConf& loc = ex_.location();
+  std::string_view type = loc.default_type;
+  size_t dot = name.rfind('.');
+  if (dot != std::string_view::npos && dot + 1 < name.size()) {
+    char ext[32];
+    std::string_view e = name.substr(dot + 1);
+    if (e.size() < sizeof(ext)) {
+      for (size_t i = 0; i < e.size(); ++i) ext[i] = absl::ascii_tolower(static_cast<unsigned char>(e[i]));
+      auto it = loc.types->find(std::string_view(ext, e.size()));
+      if (it != loc.types->end()) type = it->second;
+    }
+  }
+
+  const uint64_t size = f.size();
+  const int64_t mtime = f.st().st_mtim.tv_sec;
+  http::ResponseHead& h = ex_.head();
+  h.status = 200;
+  h.content_type = type;
+  h.last_modified = mtime;
+  h.accept_ranges = true;
+  if (loc.etag) {
+    char etag[http::kEtagMaxLen];
+    h.etag.assign(http::format_etag(mtime, size, etag));
+  }
+
+  const http::Request& req = ex_.request();
+  http::Validators v;
+  v.etag = h.etag;
+  v.last_modified = mtime;
+  switch (http::evaluate_preconditions(req, v, loc.if_modified_since)) {
+    case http::Precondition::kPreconditionFailed:
+      ex_.respond(412);
+      return;
+    case http::Precondition::kNotModified:
+      h.status = 304;
+      h.content_length = -1;
+      ex_.send_head();
+      ex_.finish();
+      return;
+    case http::Precondition::kProceed:
+      break;
+  }
+
+  pieces_.clear();
+  piece_ = 0;
+  piece_done_ = 0;
+  http::ByteRange ranges[kMaxRanges];
+  http::RangeResult rr = http::evaluate_range(req, v, size, http::RangeLimits{}, ranges);
+  if (rr.outcome == http::RangeOutcome::kUnsatisfiable) {
+    h.extra = absl::StrCat("Content-Range: bytes */", size, "\r\n");
+    h.etag.clear();
+    h.last_modified = -1;
+    ex_.respond(416);
+    return;
+  }
+  if (rr.outcome == http::RangeOutcome::kSatisfiable && rr.count == 1) {
+    h.status = 206;
+    absl::StrAppend(&h.extra, "Content-Range: bytes ", ranges[0].first, "-", ranges[0].last, "/", size, "\r\n");
+    pieces_.push_back(Piece{{}, ranges[0].first, ranges[0].size()});
+    h.content_length = static_cast<int64_t>(ranges[0].size());
+  } else if (rr.outcome == http::RangeOutcome::kSatisfiable) {
+    h.status = 206;
+    boundary_ = http::make_boundary(++boundary_seed_ ^ static_cast<uint64_t>(ex_.core().reactor->now_ns()));
+    http::MultipartPlan plan = http::plan_multipart_byteranges(std::span<const http::ByteRange>(ranges, rr.count),
+                                                               size, type, boundary_);
+    multipart_type_ = std::move(plan.content_type);
+    h.content_type = multipart_type_;
+    for (http::MultipartPart& p : plan.parts) {
+      pieces_.push_back(Piece{std::move(p.header), 0, 0});
+      pieces_.push_back(Piece{{}, p.offset, p.length});
+    }
+    pieces_.push_back(Piece{std::move(plan.closing), 0, 0});
+    h.content_length = static_cast<int64_t>(plan.content_length);
+  } else {
+    h.content_length = static_cast<int64_t>(size);
+    if (size > 0) pieces_.push_back(Piece{{}, 0, size});
+  }
+  ex_.send_head();
+  if (req.method == http::Method::kHead || pieces_.empty()) {
+    ex_.finish();
+    return;
+  }
+  uint64_t chunk = loc.sendfile_max_chunk == 0 ? kMaxBuffer : loc.sendfile_max_chunk;
+  if (chunk > kMaxBuffer) chunk = kMaxBuffer;
+  chunk_ = static_cast<size_t>(chunk);
+  written_ = 0;
+  end_mark_[0] = end_mark_[1] = 0;
+  next_buf_ = 0;
+  streaming_ = true;
+  pump();
+}
+
+// Moves the body forward: literal pieces are copied, file ranges are read into the free buffer and handed to
+// the stream by reference. A buffer is free again once every byte written from it has been sent, i.e. when
+// pending output <= bytes written after it.
+void StaticState::pump() {
+  while (streaming_ && !read_in_flight_) {
+    if (piece_ >= pieces_.size()) {
+      streaming_ = false;
+      ex_.finish();
+      return;
+    }
+    Piece& p = pieces_[piece_];
+    if (p.length == 0) {
+      ex_.write(p.text);
+      written_ += p.text.size();
+      ++piece_;
+      continue;
+    }
+    int b = next_buf_;
+    uint64_t after = written_ - end_mark_[b];
+    if (end_mark_[b] != 0 && ex_.pending_output() > after) {
+      ex_.set_low_water(after);
+      return;
+    }
+    uint64_t left = p.length - piece_done_;
+    size_t want = left < chunk_ ? static_cast<size_t>(left) : chunk_;
+    if (buf_cap_[b] < want) {
+      std::free(buf_[b]);
+      size_t cap = want < chunk_ ? (pieces_.size() == 1 ? want : chunk_) : chunk_;
+      buf_[b] = static_cast<char*>(std::malloc(cap));
+      buf_cap_[b] = cap;
+    }
+    read_op_ = disk::DiskOp{};
+    read_op_.kind = disk::DiskOp::Kind::kRead;
+    read_op_.fd = open_.file->fd();
+    read_op_.buf = buf_[b];
+    read_op_.len = static_cast<uint32_t>(want);
+    read_op_.offset = p.offset + piece_done_;
+    read_op_.callback = this;
+    read_len_ = static_cast<uint32_t>(want);
+    const config::LocationConf& loc = ex_.location();
+    switch (ex_.core().queue(loc.aio_queue)->submit(read_op_, loc.aio)) {
+      case disk::DiskQueue::Submit::kDone:
+        read_done(read_op_.result);
+        continue;
+      case disk::DiskQueue::Submit::kQueued:
+        read_in_flight_ = true;
+        return;
+      case disk::DiskQueue::Submit::kOverflow:
+        // The head is already out: the only honest answer left is to cut the connection.
+        streaming_ = false;
+        ex_.abort_response();
+        return;
+    }
+  }
+}
+
+void StaticState::read_done(int32_t result) {
+  if (result <= 0 || static_cast<uint32_t>(result) != read_len_) {
+    KOSOKU_LOG(kCrit, "read() \"%s\" failed or file changed while reading (%d)", path_, result);
+    streaming_ = false;
+    ex_.abort_response();
+    return;
+  }
+  int b = next_buf_;
+  ex_.write_ref(buf_[b], static_cast<size_t>(result));
+  written_ += static_cast<uint64_t>(result);
+  end_mark_[b] = written_;
+  next_buf_ = 1 - b;
+  piece_done_ += static_cast<uint64_t>(result);
+  if (piece_done_ == pieces_[piece_].length) {
+    ++piece_;
+    piece_done_ = 0;
+  }
+}
+
+}  // namespace
+
+void StaticHandler::handle(http::Exchange& ex) {
+  std::unique_ptr<http::ContentState>& slot = ex.state();
+  auto* st = dynamic_cast<StaticState*>(slot.get());
+  if (st == nullptr) {
+    slot = std::make_unique<StaticState>(ex);
+    st = static_cast<StaticState*>(slot.get());
+  }
+  st->start();
+}
+
+}  // namespace kosoku::static_files

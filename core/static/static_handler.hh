@@ -1,0 +1,18 @@
+// The static-file content handler (nginx's ngx_http_static_module + index + try_files + range and
+// not-modified filters): maps $uri to a file under `root` or `alias`, serves it with MIME type, ETag,
+// Last-Modified, conditional requests (RFC 9110 §13) and ranges (RFC 9110 §14), streaming the body in
+// chunks of min(sendfile_max_chunk, 256 KiB) through two per-request buffers, so memory per connection is
+// bounded (≤ 512 KiB) whatever the file size. Every open, stat and read goes through the core's disk queue
+// (`aio`) via the open_file_cache; page-cache hits complete inline.
+#pragma once
+
+#include "core/http/exchange.hh"
+
+namespace kosoku::static_files {
+
+class StaticHandler final : public http::ContentHandler {
+ public:
+  void handle(http::Exchange& ex) override;
+};
+
+}  // namespace kosoku::static_files
