@@ -568,8 +568,10 @@ bool HttpConnection::discard_body() {
     ChunkedStep r = chunked_->decode(std::string_view(in.data(), window));
     stream_->consume(r.consumed);
     if (r.status == ChunkedStatus::kError) {
+      // The response to this request is already queued: deliver it, then close (the framing is lost).
       KOSOKU_LOG(kInfo, "client sent invalid chunked body (%s), client: %s", r.reason, stream_->peer_text());
-      close(net::Stream::Close::kAbort);
+      stream_->flush();
+      close(net::Stream::Close::kGraceful);
       return false;
     }
     if (r.status == ChunkedStatus::kData) return true;  // more framing may follow in the buffer

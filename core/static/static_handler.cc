@@ -109,8 +109,8 @@ class StaticState final : public http::ContentState,
   uint64_t piece_done_ = 0;
   char* buf_[2] = {nullptr, nullptr};
   size_t buf_cap_[2] = {0, 0};
-  uint64_t end_mark_[2] = {0, 0};
-  uint64_t written_ = 0;
+  uint64_t end_mark_[2] = {0, 0};  // written_ after the last write_ref from each buffer (0: never used)
+  uint64_t written_ = 0;           // bytes this state has written on the connection, monotonic
   int next_buf_ = 0;
   size_t chunk_ = 0;
   uint32_t read_len_ = 0;
@@ -384,9 +384,8 @@ void StaticState::serve_file() {
   uint64_t chunk = loc.sendfile_max_chunk == 0 ? kMaxBuffer : loc.sendfile_max_chunk;
   if (chunk > kMaxBuffer) chunk = kMaxBuffer;
   chunk_ = static_cast<size_t>(chunk);
-  written_ = 0;
-  end_mark_[0] = end_mark_[1] = 0;
-  next_buf_ = 0;
+  // written_/end_mark_ are not reset between requests: a pipelined previous response may still be sending
+  // from a buffer (the state is reused on a keep-alive connection).
   streaming_ = true;
   pump();
 }
