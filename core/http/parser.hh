@@ -1,0 +1,190 @@
+// HTTP/1.1 request-head parser (RFC 9112 §2-§7, RFC 9110 §5-§7), picohttpparser style: a pure function over
+// the receive buffer. No I/O, no allocation, no exceptions: the request line and every field become spans
+// into the caller's buffer, and the fields go into a caller-provided fixed array.
+//
+// Lifetime: every std::string_view in Request points into `buf` (or at a static literal: Request::path "/"
+// for an absolute-form target without a path, "*" for asterisk-form). The caller must keep those bytes in
+// place until it is done with the Request (the engine copies what it needs before the buffer moves).
+//
+// Choices (all deliberate, most are nginx's):
+//  - Line terminator: CRLF; a bare LF is accepted too (RFC 9112 §2.2 MAY; nginx does) unless
+//    ParserLimits::allow_bare_lf is false. A bare CR anywhere is a 400 (§2.2 MUST NOT treat as terminator).
+//  - Empty lines before the request-line are skipped (§2.2 SHOULD) and count toward `consumed`.
+//  - Exactly one SP between the request-line parts (§3, no "whitespace-delimited" leniency).
+//  - Methods are case-sensitive tokens; unknown tokens parse as Method::kOther (the engine answers 405/501).
+//  - Request-target: origin-form, absolute-form (http/https only; host taken from it, §3.2.2), authority-form
+//    for CONNECT only, asterisk-form for OPTIONS only. Raw bytes >= 0x80 are accepted (as nginx); CTLs, DEL
+//    and '#' are 400.
+//  - Version: exactly `HTTP/D.D`. 1.0 and 1.1 are served; any other well-formed version is 505; anything else
+//    (`HTTX/1.1`, `http/1.1`, `HTTP/1.10`, missing) is 400.
+//  - Framing (§6.3): Content-Length and Transfer-Encoding together → 400 (as nginx ≥ 1.21.1; the engine closes).
+//    Content-Length: 1*DIGIT ≤ 2^63-1; repeated lines or list members must all have the same value (collapsed)
+//    else 400. Transfer-Encoding: the final coding must be `chunked` (else 400, §6.3 item 4), chunked at most
+//    once (else 400), any other coding before it → 501 (§6.1); TE in an HTTP/1.0 request → 400 (as nginx).
+//  - Host (§3.2): HTTP/1.1 without Host → 400; more than one Host line → 400; a value that is not
+//    uri-host[":"port] (e.g. containing '/', '\\', '@', SP, "..") → 400.
+//  - Field lines: obs-fold (a line starting with SP/HTAB) → 400; whitespace between name and ':' → 400;
+//    name must be a token; value bytes must be field-vchar/SP/HTAB (NUL, CR, other CTLs, DEL → 400).
+//
+// Limits (ParserLimits; nginx `large_client_header_buffers`): an over-long request-line → 414, an over-long
+// field line, too large a header section or too many fields → 431. They are checked on partial input too, so
+// a peer that never ends its line gets its error as soon as the buffered bytes exceed the limit.
+//
+// Resuming: the parser keeps no state; call it again with the grown buffer. Pass `last_len` (the buffer length
+// at the previous call for this same request, 0 the first time) and a still-partial head is answered after
+// scanning only the new bytes plus at most one line's worth (limit checks), so a head arriving byte by byte
+// costs O(bytes × max line) at worst, not O(bytes²) over the whole head. The full parse runs once, when the
+// end of the head (an empty line) has arrived.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string_view>
+
+#include "core/http/tokens.hh"
+
+namespace kosoku::http {
+
+enum class Method : uint8_t {
+  kGet,
+  kHead,
+  kPost,
+  kPut,
+  kDelete,
+  kOptions,
+  kTrace,
+  kPatch,
+  kConnect,
+  kPurge,
+  kOther,  // any other token; see Request::method_text
+};
+
+/// The method for a token, compared case-sensitively (RFC 9110 §9.1); kOther when not listed.
+Method method_from_token(std::string_view token);
+/// "GET", "HEAD", ...; "" for kOther.
+std::string_view method_name(Method m);
+
+enum class TargetForm : uint8_t {
+  kOrigin,     // "/path?query" (RFC 9112 §3.2.1)
+  kAbsolute,   // "http://host/path?query" (§3.2.2)
+  kAuthority,  // "host:port", CONNECT only (§3.2.3)
+  kAsterisk,   // "*", OPTIONS only (§3.2.4)
+};
+
+/// How the request's message body is framed (RFC 9112 §6.3).
+enum class BodyFraming : uint8_t {
+  kNone,           // no Content-Length, no Transfer-Encoding: no body
+  kContentLength,  // Request::content_length bytes
+  kChunked,        // Transfer-Encoding: chunked (use ChunkedDecoder, core/http/chunked.hh)
+};
+
+/// One field line. `value` has leading and trailing OWS removed; both are spans into the receive buffer.
+struct HeaderField {
+  std::string_view name;   // as received (case preserved)
+  std::string_view value;  // OWS-trimmed, may be empty
+  HeaderToken token = HeaderToken::kUnknown;
+};
+
+struct ParserLimits {
+  /// Longest request-line, in bytes without its line terminator → 414. nginx: large_client_header_buffers size.
+  size_t max_request_line = 8192;
+  /// Longest field line, in bytes without its line terminator → 431. nginx: large_client_header_buffers size.
+  size_t max_field_line = 8192;
+  /// Largest head (leading empty lines + request-line + fields + final empty line), bytes → 431.
+  /// nginx: large_client_header_buffers number × size.
+  size_t max_header_section = 32768;
+  /// Most field lines → 431. The effective limit is also capped by the size of Request::fields.
+  size_t max_fields = 100;
+  /// Accept a bare LF as a line terminator (RFC 9112 §2.2 MAY). nginx does.
+  bool allow_bare_lf = true;
+};
+
+/// The parsed head. A new member must also be reset in reset() in parser.cc (the parser resets member by
+/// member instead of assigning a fresh Request, which is measurably slower).
+struct Request {
+  /// Storage for the field lines; set by the caller before parsing (count in = capacity). Never reallocated.
+  std::span<HeaderField> fields;
+  /// Number of entries of `fields` filled by the last parse.
+  size_t field_count = 0;
+
+  Method method = Method::kOther;
+  std::string_view method_text;  // the method token as received
+  std::string_view target;       // the request-target exactly as received (what a proxy forwards)
+  TargetForm target_form = TargetForm::kOrigin;
+  /// Path part of the target, undecoded, starting with '/' (origin/absolute form; "/" when an absolute-form
+  /// target has an empty path), "*" for asterisk-form, the authority for CONNECT. Feed it to normalize_path.
+  std::string_view path;
+  std::string_view query;  // after the first '?', undecoded (nginx $args); empty if none
+  bool has_query = false;  // a '?' was present (even if the query is empty)
+  uint8_t version_minor = 1;  // HTTP/1.<version_minor>: 0 or 1
+
+  /// The request's host (RFC 9112 §3.2.2): the authority of an absolute-form target if there is one, else
+  /// the Host field value; empty if neither. `host_name` is the same without ":port" and a trailing dot (as
+  /// nginx), not yet lower-cased (server_name matching is case-insensitive).
+  std::string_view host;
+  std::string_view host_name;
+  std::string_view host_port;  // digits after ':' in `host`, empty if none
+
+  BodyFraming body = BodyFraming::kNone;
+  std::optional<uint64_t> content_length;  // set iff body == kContentLength
+  bool connection_close = false;       // Connection: close
+  bool connection_keep_alive = false;  // Connection: keep-alive
+  bool connection_upgrade = false;     // Connection: upgrade
+  bool expect_100_continue = false;    // Expect: 100-continue in an HTTP/1.1 request (RFC 9110 §10.1.1)
+  bool expect_other = false;           // Expect with another expectation (the engine MAY answer 417)
+
+  /// Index into `fields` of the first line with each token, or kNoField.
+  static constexpr uint16_t kNoField = 0xffff;
+  std::array<uint16_t, kHeaderTokenCount> first_field = no_fields();
+
+  /// Whether the connection stays open after this request (RFC 9112 §9.3): HTTP/1.1 unless "close";
+  /// HTTP/1.0 only with "keep-alive" and without "close".
+  bool keep_alive() const {
+    if (connection_close) return false;
+    return version_minor >= 1 || connection_keep_alive;
+  }
+  std::span<const HeaderField> headers() const { return fields.first(field_count); }
+  /// The first field line with this token, or nullptr.
+  const HeaderField* find(HeaderToken t) const {
+    const uint16_t i = first_field[static_cast<size_t>(t)];
+    return i == kNoField ? nullptr : &fields[i];
+  }
+  /// The first field line named `name` (case-insensitive), or nullptr. Prefer find(HeaderToken).
+  const HeaderField* find(std::string_view name) const;
+
+ private:
+  static constexpr std::array<uint16_t, kHeaderTokenCount> no_fields() {
+    std::array<uint16_t, kHeaderTokenCount> a{};
+    a.fill(kNoField);
+    return a;
+  }
+};
+
+enum class ParseStatus : uint8_t { kComplete, kPartial, kError };
+
+struct ParseResult {
+  ParseStatus status = ParseStatus::kPartial;
+  /// kError: 400, 414, 431, 501 or 505. 0 otherwise.
+  uint16_t http_status = 0;
+  /// kComplete: bytes of the head (leading empty lines + request-line + fields + final empty line); the body
+  /// or the next pipelined request starts at buf[consumed]. 0 otherwise.
+  size_t consumed = 0;
+  /// kError: a short static reason for logs ("invalid header name"); empty otherwise.
+  std::string_view reason;
+};
+
+/// Parses the request head at the start of `buf` into `out` (which is reset first, except `fields`).
+/// `last_len`: buf.size() at the previous call for this same request (same start, bytes only appended), or 0.
+/// Returns kComplete with the head's length, kPartial if more bytes are needed, or kError with an HTTP status
+/// (the engine answers it and closes the connection). Fields in `out` are valid only on kComplete.
+ParseResult parse_request(std::string_view buf, Request& out, const ParserLimits& limits, size_t last_len = 0);
+
+/// Checks a Host value or an authority (RFC 9110 §7.2, RFC 3986 §3.2.2): reg-name or IP-literal, optional
+/// ":" port digits; no '/', '\\', '@', '..', NUL or spaces. On success splits it into the host name (trailing
+/// dot removed, not lower-cased) and the port digits (may be empty). An empty value is valid (empty name).
+bool split_host(std::string_view host, std::string_view& name, std::string_view& port);
+
+}  // namespace kosoku::http
