@@ -543,9 +543,12 @@ ParseResult parse_request(std::string_view buf, Request& out, const ParserLimits
   if (te.seen) {
     if (out.content_length) return fail(400, "both Content-Length and Transfer-Encoding");
     if (out.version_minor == 0) return fail(400, "Transfer-Encoding in an HTTP/1.0 request");
-    if (te.invalid || te.chunked == 0 || !te.last_is_chunked) return fail(400, "chunked is not the final transfer coding");
-    if (te.chunked > 1) return fail(400, "chunked applied more than once");
+    if (te.invalid) return fail(400, "invalid Transfer-Encoding");
+    // A coding we do not implement is 501 (RFC 9112 §6.1 SHOULD; nginx: "unknown Transfer-Encoding"), whatever
+    // its position: the body length is unknowable either way and the connection is closed.
     if (te.other) return fail(501, "unsupported transfer coding");
+    if (te.chunked == 0 || !te.last_is_chunked) return fail(400, "chunked is not the final transfer coding");
+    if (te.chunked > 1) return fail(400, "chunked applied more than once");
     out.body = BodyFraming::kChunked;
   } else if (out.content_length) {
     out.body = BodyFraming::kContentLength;
