@@ -118,6 +118,16 @@ class KernelStream final : public Stream {
     arm_recv();
   }
 
+  /// Outgoing: submit the connect; recv and sends start when it completes.
+  void start_connect(StreamHandler* h, const sockaddr* addr, socklen_t len) {
+    handler_ = h;
+    connecting_ = true;
+    std::memcpy(&peer_, addr, len);
+    peer_len_ = len;
+    io_uring_prep_connect(stack_.reactor.sqe(&connect_op_), fd_, reinterpret_cast<const sockaddr*>(&peer_),
+                          peer_len_);
+  }
+
   // Stream
   std::span<const char> input() const override { return {in_buf_ + in_begin_, in_end_ - in_begin_}; }
   void consume(size_t n) override {
@@ -198,6 +208,11 @@ class KernelStream final : public Stream {
     explicit SendOp(KernelStream* k) : s(k) {}
     void complete(int32_t res, uint32_t flags) override { s->on_send(res); }
   };
+  struct ConnectOp final : reactor::IoOp {
+    KernelStream* s;
+    explicit ConnectOp(KernelStream* k) : s(k) {}
+    void complete(int32_t res, uint32_t) override { s->on_connect(res); }
+  };
   struct RearmTask final : reactor::Task {
     KernelStream* s;
     explicit RearmTask(KernelStream* k) : s(k) {}
@@ -223,7 +238,7 @@ class KernelStream final : public Stream {
   }
 
   void arm_recv() {
-    if (recv_armed_ || dead_ || peer_fin_ || (paused_ && !closing_)) return;
+    if (recv_armed_ || connecting_ || dead_ || peer_fin_ || (paused_ && !closing_)) return;
     io_uring_sqe* sqe = stack_.reactor.sqe(&recv_op_);
     io_uring_prep_recv_multishot(sqe, fd_, nullptr, 0, 0);
     sqe->flags |= IOSQE_BUFFER_SELECT;
@@ -287,6 +302,24 @@ class KernelStream final : public Stream {
       fail(-res);
     }
     if (!recv_armed_ && !rearm_pending_) arm_recv();
+    maybe_destroy();
+  }
+
+  void on_connect(int32_t res) {
+    connecting_ = false;
+    if (dead_) {
+      maybe_destroy();
+      return;
+    }
+    if (res < 0) {
+      fail(-res);
+      maybe_destroy();
+      return;
+    }
+    init_addresses();
+    arm_recv();
+    if (!closing_) handler_->on_connected(*this);
+    flush();
     maybe_destroy();
   }
 
@@ -358,6 +391,10 @@ class KernelStream final : public Stream {
     if (error != 0 && close_error_ == 0) close_error_ = error;
     stack_.reactor.timers().cancel(linger_timer_);
     cancel_recv();
+    if (connecting_ && !connect_cancel_sent_) {
+      io_uring_prep_cancel(stack_.reactor.sqe(&stack_.null_op), &connect_op_, 0);
+      connect_cancel_sent_ = true;
+    }
     if (send_in_flight_ && !send_cancel_sent_) {
       io_uring_prep_cancel(stack_.reactor.sqe(&stack_.null_op), &send_op_, 0);
       send_cancel_sent_ = true;
@@ -365,7 +402,7 @@ class KernelStream final : public Stream {
   }
 
   void maybe_destroy() {
-    if (!dead_ || recv_armed_ || send_in_flight_ || rearm_pending_ || destroyed_) return;
+    if (!dead_ || recv_armed_ || send_in_flight_ || connecting_ || rearm_pending_ || destroyed_) return;
     destroyed_ = true;
     ::close(fd_);
     StreamHandler* h = handler_;
@@ -392,18 +429,21 @@ class KernelStream final : public Stream {
   msghdr msg_{};
   iovec iov_[kMaxIov];
 
+  socklen_t peer_len_ = 0;
   RecvOp recv_op_{this};
+  ConnectOp connect_op_{this};
   SendOp send_op_{this};
   RearmTask rearm_task_{this};
   LingerTimer linger_timer_{this};
   bool recv_armed_ = false, recv_cancel_sent_ = false, send_in_flight_ = false, send_cancel_sent_ = false;
+  bool connecting_ = false, connect_cancel_sent_ = false;
   bool rearm_pending_ = false, paused_ = false, peer_fin_ = false, send_error_ = false;
   bool closing_ = false, lingering_ = false, dead_ = false, destroyed_ = false;
   int close_error_ = 0;
 };
 
 void KernelStream::flush() {
-  if (send_in_flight_ || pending_ == 0 || dead_) return;
+  if (send_in_flight_ || connecting_ || pending_ == 0 || dead_) return;
   unsigned n = 0;
   for (OutBlock* b = head_; b != nullptr && n < kMaxIov; b = b->next) {
     if (b->end == b->begin) continue;
@@ -554,6 +594,26 @@ void KernelStack::stop_accepting() {
       l->fd = -1;
     }
   }
+}
+
+Stream* KernelStack::connect(const sockaddr* addr, socklen_t addr_len, StreamHandler& handler, std::string* err) {
+  Impl& s = *impl_;
+  if (s.open >= s.max_streams) {
+    if (err) *err = "worker_connections are not enough";
+    return nullptr;
+  }
+  int fd = ::socket(addr->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    if (err) *err = absl::StrCat("socket() failed (", errno, ": ", std::strerror(errno), ")");
+    return nullptr;
+  }
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  auto* st = new KernelStream(s, fd);
+  ++s.open;
+  ++s.stats.conn_active;
+  st->start_connect(&handler, addr, addr_len);
+  return st;
 }
 
 size_t KernelStack::open_streams() const { return impl_->open; }

@@ -6,6 +6,7 @@
 //     IOSQE_BUFFER_SELECT, Linux 6.0); received bytes are appended to the stream's input buffer and the
 //     provided buffer goes straight back to the ring;
 //   - sends with IORING_OP_SENDMSG over a chain of output blocks (no copy on send);
+//   - outgoing streams (connect) use IORING_OP_CONNECT, then behave exactly like accepted ones;
 //   - graceful close = flush, shutdown(SHUT_WR), discard input until FIN or lingering timeout (5 s),
 //     like nginx's lingering_close.
 // worker_connections is enforced per core: at the limit the multishot accept is cancelled and connections
@@ -30,6 +31,7 @@ class KernelStack final : public Stack {
   ~KernelStack() override;
 
   int listen(const std::vector<config::ListenSocket>& sockets, AcceptHandler& handler, std::string* err) override;
+  net::Stream* connect(const sockaddr* addr, socklen_t addr_len, StreamHandler& handler, std::string* err) override;
   void stop_accepting() override;
   size_t open_streams() const override;
 

@@ -29,6 +29,8 @@ class StreamHandler {
   virtual void on_peer_closed(Stream& s) = 0;
   /// Pending output fell to or below the low-water mark (set_low_water, default 0 = fully sent).
   virtual void on_writable(Stream& s) = 0;
+  /// An outgoing stream (Stack::connect) finished its handshake; output queued before now is sent.
+  virtual void on_connected(Stream& s) {}
   /// The stream is closed and about to be freed (error = 0, or the errno that broke it). Last callback.
   virtual void on_closed(Stream& s, int error) = 0;
 
@@ -96,6 +98,11 @@ class Stack {
   /// Start listening on every socket in `sockets` (each core gets its own listener: SO_REUSEPORT on the kernel
   /// backend, RSS/flow steering on DPDK). Returns 0 or -errno (the error is also described in *err).
   virtual int listen(const std::vector<config::ListenSocket>& sockets, AcceptHandler& handler, std::string* err) = 0;
+  /// Open an outgoing connection (proxy upstreams) to `addr`. Returns the stream at once (nullptr with *err
+  /// on an immediate failure such as EMFILE); `handler.on_connected` runs when the handshake completes, or
+  /// `on_closed(s, errno)` if it fails (ECONNREFUSED, ETIMEDOUT...). Output written before the handshake is
+  /// queued and sent after it. Counts against worker_connections like accepted streams.
+  virtual Stream* connect(const sockaddr* addr, socklen_t addr_len, StreamHandler& handler, std::string* err) = 0;
   /// Stop accepting new streams (graceful shutdown); existing streams continue.
   virtual void stop_accepting() = 0;
   /// Streams currently open.
