@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "core/config/conf.hh"
 #include "core/reactor/reactor.hh"
@@ -58,11 +59,18 @@ class DiskOp {
   int32_t result = 0;
   struct stat st {};
   DiskCallback* callback = nullptr;
+  void* user_data = nullptr;  // the caller's context (e.g. the request this op belongs to); never touched
 
   // Internal to DiskQueue.
   DiskOp* next_ = nullptr;
   uint64_t submit_ns_ = 0;
+  config::AioMode mode_ = config::AioMode::kIoUring;  // engine chosen at submit (waiting ops keep it)
 };
+
+/// Where DiskQueue writes its log lines (overflow): level is nginx's (0 emerg .. 7 debug, 3 = error).
+/// Default: one line on stderr. Set once at startup, before the loops run (e.g. to forward to base/log).
+using DiskLogHook = void (*)(int level, std::string_view msg);
+void set_disk_log_hook(DiskLogHook hook);
 
 class DiskQueue {
  public:
@@ -77,6 +85,10 @@ class DiskQueue {
   Submit submit(DiskOp& op, config::AioMode mode);
 
   const std::string& name() const;
+
+  /// Ops accepted and not yet completed (in flight + waiting). A queue is destroyed only when this is 0
+  /// (see the shutdown rule in disk_queue.cc); otherwise the destructor cancels what it can.
+  size_t pending() const;
 
  private:
   struct Impl;

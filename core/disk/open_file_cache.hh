@@ -76,9 +76,12 @@ class OpenRequest {
   // outputs
   FileRef file;   // set on success
   int error = 0;  // errno on failure (ENOENT, EACCES, ENOTDIR, ELOOP, ENAMETOOLONG, ...); 0 on success
+                 // EAGAIN after kQueued: the disk queue overflowed in a later step (answer 503, like kOverflow)
   Callback* callback = nullptr;
 
   // Internal to OpenFileCache.
+  OpenRequest* next_waiter_ = nullptr;  // another request waiting for the same lookup
+  void* entry_ = nullptr;               // the cache entry this request fills, if any
   DiskOp op_;
   std::string key_;
   class OpenFileCache* cache_ = nullptr;
