@@ -19,6 +19,7 @@
 #include "core/base/log.hh"
 #include "core/config/check.hh"
 #include "core/config/loader.hh"
+#include "core/disk/disk_queue.hh"
 #include "core/worker.hh"
 
 #ifdef KOSOKU_MIMALLOC
@@ -97,7 +98,7 @@ int main(int argc, char** argv) {
 
   kosoku::config::LoadResult loaded = kosoku::config::load(conf_path);
   if (!loaded.conf) {
-    std::fprintf(stderr, "kosoku: [emerg] %s\n", loaded.error.c_str());
+    std::fprintf(stderr, "kosoku: [emerg] %s\n", loaded.error.message.c_str());
     return 1;
   }
   const kosoku::config::MainConf& conf = *loaded.conf;
@@ -113,6 +114,11 @@ int main(int argc, char** argv) {
                  std::strerror(-rc));
     return 1;
   }
+  kosoku::disk::set_disk_log_hook([](int level, std::string_view msg) {
+    auto lvl = static_cast<kosoku::base::LogLevel>(level);
+    auto& log = kosoku::base::ErrorLog::global();
+    if (log.enabled(lvl)) log.write(lvl, msg);
+  });
   if (conf.worker_rlimit_nofile > 0) {
     rlimit rl{conf.worker_rlimit_nofile, conf.worker_rlimit_nofile};
     if (setrlimit(RLIMIT_NOFILE, &rl) != 0) {

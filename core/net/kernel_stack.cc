@@ -133,6 +133,11 @@ class KernelStream final : public Stream {
   void consume(size_t n) override {
     in_begin_ += n;
     if (in_begin_ >= in_end_) in_begin_ = in_end_ = 0;
+    // Input back-pressure released: reading resumes once the handler has drained half the limit.
+    if (input_full_ && in_end_ - in_begin_ <= kMaxInput / 2) {
+      input_full_ = false;
+      if (!paused_) arm_recv();
+    }
   }
   void pause_reading() override { paused_ = true; cancel_recv(); }
   void resume_reading() override {
@@ -238,7 +243,7 @@ class KernelStream final : public Stream {
   }
 
   void arm_recv() {
-    if (recv_armed_ || connecting_ || dead_ || peer_fin_ || (paused_ && !closing_)) return;
+    if (recv_armed_ || connecting_ || dead_ || peer_fin_ || ((paused_ || input_full_) && !closing_)) return;
     io_uring_sqe* sqe = stack_.reactor.sqe(&recv_op_);
     io_uring_prep_recv_multishot(sqe, fd_, nullptr, 0, 0);
     sqe->flags |= IOSQE_BUFFER_SELECT;
@@ -282,7 +287,10 @@ class KernelStream final : public Stream {
       stack_.recycle(bid);
       if (!closing_) {
         handler_->on_readable(*this);
-        if (!closing_ && in_end_ - in_begin_ > kMaxInput) pause_reading();
+        if (!closing_ && in_end_ - in_begin_ > kMaxInput) {
+          input_full_ = true;  // stop reading until the handler consumes (see consume())
+          cancel_recv();
+        }
       }
     } else if (res == 0) {
       peer_fin_ = true;
@@ -436,7 +444,7 @@ class KernelStream final : public Stream {
   RearmTask rearm_task_{this};
   LingerTimer linger_timer_{this};
   bool recv_armed_ = false, recv_cancel_sent_ = false, send_in_flight_ = false, send_cancel_sent_ = false;
-  bool connecting_ = false, connect_cancel_sent_ = false;
+  bool connecting_ = false, connect_cancel_sent_ = false, input_full_ = false;
   bool rearm_pending_ = false, paused_ = false, peer_fin_ = false, send_error_ = false;
   bool closing_ = false, lingering_ = false, dead_ = false, destroyed_ = false;
   int close_error_ = 0;
