@@ -23,6 +23,13 @@ class RE2;
 
 namespace kosoku::config {
 
+struct Template;      // config/variables.hh: a compiled string with $variables
+struct LocationConf;
+struct ServerConf;
+
+/// `log_format ... escape=default|json|none` (ngx_http_log_module); also the escaping of a Template.
+enum class LogEscape { kNone, kDefault, kJson };
+
 /// Where a directive or token came from; printed as `file:line:col`.
 struct SourceLoc {
   std::string file;
@@ -65,12 +72,14 @@ struct AddHeader {
   std::string name;
   std::string value;
   bool always = false;
+  std::shared_ptr<const Template> value_tpl;  // `value` compiled (variables validated); never null
 };
 
 /// `return CODE [TEXT|URL];` / `return URL;` (server, location).
 struct ReturnConf {
   int code = 0;          // 0: no return directive
   std::string text;      // body text or redirect URL; may contain variables
+  std::shared_ptr<const Template> text_tpl;  // `text` compiled; null when code == 0
 };
 
 /// `access_log off | PATH [FORMAT];` FORMAT names a `log_format` (default "combined").
@@ -94,6 +103,22 @@ enum class IfModifiedSince { kOff, kExact, kBefore };
 
 /// `types { MIME ext...; }` table (http, server, location): lower-case extension → MIME type.
 using MimeTypes = absl::flat_hash_map<std::string, std::string>;
+
+/// Lookup tables over one level of locations (a server's top level, or one location's nested ones), built
+/// by the loader once the tree is final; used by ServerConf::find_location. Pointers and views point into
+/// the owning MainConf. Prefix locations (plain and `^~`) are sorted by pattern; `parent` is the index of
+/// the longest other prefix pattern that is a prefix of this one (-1: none), so the longest prefix of a URI
+/// is found with one binary search plus a walk up that chain (nginx uses a static tree for the same job).
+struct LocationIndex {
+  struct Entry {
+    std::string_view pattern;
+    const LocationConf* loc = nullptr;
+    int32_t parent = -1;  // prefix entries only
+  };
+  std::vector<Entry> exact;                  // `=` locations, sorted by pattern
+  std::vector<Entry> prefix;                 // plain and `^~` locations, sorted by pattern
+  std::vector<const LocationConf*> regex;    // `~` and `~*` locations, in file order
+};
 
 struct LocationConf {
   enum class Match { kNone, kPrefix, kExact, kPrefixNoRegex /* ^~ */, kRegex /* ~ */, kRegexCaseless /* ~* */ };
@@ -129,6 +154,7 @@ struct LocationConf {
   bool status = false;                        // `status;`: this location serves the stats page
 
   std::vector<LocationConf> locations;        // nested locations, in file order
+  LocationIndex nested_index;                 // over `locations` (built by the loader)
 };
 
 struct ServerConf {
@@ -141,6 +167,7 @@ struct ServerConf {
   uint64_t large_client_header_buffers_size = 8192;
   LocationConf base;                          // server-level settings; match == kNone
   std::vector<LocationConf> locations;        // top-level locations, in file order
+  LocationIndex location_index;               // over `locations` (built by the loader)
   SourceLoc loc;
 
   /// nginx's location choice (ngx_http_core_find_location): exact `=` match wins at once; else the longest
@@ -150,11 +177,27 @@ struct ServerConf {
   const LocationConf* find_location(std::string_view uri) const;
 };
 
-/// One listening socket after grouping: every server that listens on that address.
+/// server_name lookup tables of one ListenSocket (built by the loader; used by find_server).
+/// Keys are lower-case. A server without server_name (or with `server_name "";`) is under "" in `exact`.
+struct ServerNameIndex {
+  struct Head {
+    const ServerConf* sub = nullptr;   // `*.example.com` or `.example.com`: a host ending in ".example.com"
+    const ServerConf* bare = nullptr;  // `.example.com`: the host "example.com" itself
+  };
+  absl::flat_hash_map<std::string, const ServerConf*> exact;  // "www.example.com"
+  absl::flat_hash_map<std::string, Head> head;                // keyed "example.com"
+  absl::flat_hash_map<std::string, const ServerConf*> tail;   // `www.example.*` keyed "www.example."
+  std::vector<std::pair<const re2::RE2*, const ServerConf*>> regex;  // `~` names, file order
+};
+
+/// One listening socket after grouping: every server that listens on that address. Each ListenSocket is
+/// bound on its own address; with SO_REUSEPORT, Linux hands a connection to the most specific bound address
+/// (127.0.0.1:80 before 0.0.0.0:80), which gives nginx's per-address choice of server list.
 struct ListenSocket {
   ListenConf conf;                            // merged options (default_server/backlog/reuseport)
   std::vector<const ServerConf*> servers;     // in file order
   const ServerConf* default_server = nullptr; // the `default_server` one, else the first
+  ServerNameIndex names;
 
   /// nginx's virtual-server choice by Host (lower-cased, port stripped): exact name, then longest
   /// leading wildcard (`*.example.com` / `.example.com`), then longest trailing wildcard (`www.*`), then the
@@ -166,6 +209,8 @@ struct LogFormatConf {
   std::string name;
   std::string format;  // concatenated string pieces, with $variables
   SourceLoc loc;
+  LogEscape escape = LogEscape::kDefault;  // `escape=` parameter
+  std::shared_ptr<const Template> tpl;     // `format` compiled with `escape`; never null
 };
 
 struct HttpConf {

@@ -1,0 +1,184 @@
+// A directive table row, nginx's ngx_command_t in typed C++ (style-anchors §1): one row per directive
+// with its name, the contexts it may appear in, its argument count, a typed setter, and how it is
+// inherited (its merge function) next to its default. Each module keeps its rows in its own table file
+// (directives_core.cc, directives_http.cc, directives_appliance.cc, ...); config/loader.cc lists the
+// tables in kDirectiveTables, the one line a new module adds.
+//
+// Setters write typed fields through member pointers (`set_flag<&LocationConf::etag>`); there is no void*
+// and no offsetof. "Unset" is not stored in the conf structs: a block records which slots it set (Seen),
+// and finalize copies every unset slot from the enclosing block with the row's merge function, so the
+// conf.hh initialisers are the defaults at the outermost level (nginx's ngx_conf_merge_*_value).
+// Generic checks done before any setter: unknown directive, wrong context ("is not allowed here"),
+// `;` vs `{`, argument count, duplicates ("is duplicate") for rows without kMulti.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <span>
+#include <string>
+#include <string_view>
+#include <type_traits>
+
+#include "absl/strings/str_cat.h"
+#include "core/config/build.hh"
+#include "core/config/values.hh"
+
+namespace kosoku::config {
+
+/// Argument count: min..max words after the name (nginx's NGX_CONF_NOARGS / TAKE1 / TAKE12 / 1MORE ...).
+struct Args {
+  uint8_t min = 0;
+  uint8_t max = 0;
+};
+inline constexpr uint8_t kAnyArgs = 255;
+inline constexpr Args kNoArgs{0, 0};
+inline constexpr Args kTake1{1, 1};
+inline constexpr Args kTake2{2, 2};
+inline constexpr Args kTake12{1, 2};
+inline constexpr Args kTake123{1, 3};
+inline constexpr Args kTake23{2, 3};
+inline constexpr Args k1More{1, kAnyArgs};
+inline constexpr Args k2More{2, kAnyArgs};
+
+/// Row flags.
+enum DirectiveFlag : uint32_t {
+  kBlock = 1u << 0,  // takes a `{ ... }` body (else must end with `;`)
+  kMulti = 1u << 1,  // may repeat in one block (listen, allow, add_header, ...); else "is duplicate"
+};
+
+using SetFn = bool (*)(Builder& b, Scope& s, const Directive& d);
+using MergeSrv = void (*)(ServerConf& child, const ServerConf& parent);
+using MergeLoc = void (*)(LocationConf& child, const LocationConf& parent);
+
+struct DirectiveSpec {
+  std::string_view name;
+  uint32_t contexts = 0;  // Context bits
+  Args args;
+  uint32_t flags = 0;     // DirectiveFlag bits
+  SetFn set = nullptr;
+  /// Inheritance when the block did not set the slot: http → server (merge_srv), and http → server →
+  /// location → nested location (merge_loc). Null: not inherited (e.g. `return`, `try_files`, `status`).
+  MergeSrv merge_srv = nullptr;
+  MergeLoc merge_loc = nullptr;
+  /// nginx's default, as configuration text ("75s", "on"); equal to the conf.hh initialiser (a unit test
+  /// checks). Empty: no default value (lists, blocks) or not expressible as arguments.
+  std::string_view default_value = {};
+  /// Slot shared by several rows (root/alias; allow/deny); empty: the directive's own name.
+  std::string_view slot = {};
+};
+
+/// The slot a row marks in its block.
+inline std::string_view slot_of(const DirectiveSpec& row) { return row.slot.empty() ? row.name : row.slot; }
+
+/// Every table, in registry order (config/loader.cc). Names are unique across tables (unit-tested).
+std::span<const std::span<const DirectiveSpec>> directive_tables();
+/// The row named `name`, or null.
+const DirectiveSpec* find_directive(std::string_view name);
+
+// Module tables (one per directives_*.cc file).
+std::span<const DirectiveSpec> core_directives();
+std::span<const DirectiveSpec> http_directives();
+std::span<const DirectiveSpec> http_server_directives();
+std::span<const DirectiveSpec> appliance_directives();
+
+// ---- typed setters and merge functions ----
+
+template <class T>
+struct MemberOf;
+template <class C, class T>
+struct MemberOf<T C::*> {
+  using Class = C;
+  using Type = T;
+};
+
+/// The object of class C that the scope's directives write.
+template <class C>
+C& target(Scope& s) {
+  if constexpr (std::is_same_v<C, LocationConf>) {
+    return *s.loc;
+  } else if constexpr (std::is_same_v<C, ServerConf>) {
+    return *s.srv;
+  } else if constexpr (std::is_same_v<C, MainConf>) {
+    return *s.main;
+  } else {
+    static_assert(std::is_same_v<C, ApplianceConf>, "no scope target for this class");
+    return s.main->appliance;
+  }
+}
+
+/// `invalid value "X" in "NAME" directive` (nginx's wording for a value a setter refuses).
+bool fail_invalid_value(Builder& b, const Directive& d, size_t arg, std::string_view extra = {});
+/// Parses `on`/`off` (nginx's ngx_conf_set_flag_slot wording on error).
+bool parse_flag_arg(Builder& b, const Directive& d, size_t arg, bool* out);
+
+/// `NAME on|off;`
+template <auto M>
+bool set_flag(Builder& b, Scope& s, const Directive& d) {
+  using C = typename MemberOf<decltype(M)>::Class;
+  bool v;
+  if (!parse_flag_arg(b, d, 0, &v)) return false;
+  target<C>(s).*M = v;
+  return true;
+}
+
+/// `NAME TIME;` stored in milliseconds.
+template <auto M>
+bool set_msec(Builder& b, Scope& s, const Directive& d) {
+  using C = typename MemberOf<decltype(M)>::Class;
+  auto v = parse_time_ms(d.args[0].value);
+  if (!v) return fail_invalid_value(b, d, 0);
+  target<C>(s).*M = *v;
+  return true;
+}
+
+/// `NAME TIME;` for nginx's second-granular slots (`ms` refused), stored in milliseconds.
+template <auto M>
+bool set_sec_as_msec(Builder& b, Scope& s, const Directive& d) {
+  using C = typename MemberOf<decltype(M)>::Class;
+  auto v = parse_time_sec(d.args[0].value);
+  if (!v) return fail_invalid_value(b, d, 0);
+  target<C>(s).*M = *v * 1000;
+  return true;
+}
+
+/// `NAME SIZE;` in bytes.
+template <auto M>
+bool set_size(Builder& b, Scope& s, const Directive& d) {
+  using C = typename MemberOf<decltype(M)>::Class;
+  auto v = parse_size(d.args[0].value);
+  if (!v) return fail_invalid_value(b, d, 0);
+  target<C>(s).*M = static_cast<typename MemberOf<decltype(M)>::Type>(*v);
+  return true;
+}
+
+/// `NAME N;` (decimal, fits the field, at least 1 unless Min says 0).
+template <auto M, uint64_t Min = 1>
+bool set_number(Builder& b, Scope& s, const Directive& d) {
+  using C = typename MemberOf<decltype(M)>::Class;
+  using T = typename MemberOf<decltype(M)>::Type;
+  auto v = parse_number(d.args[0].value, static_cast<uint64_t>(std::numeric_limits<T>::max()));
+  if (!v || *v < Min) return fail_invalid_value(b, d, 0);
+  target<C>(s).*M = static_cast<T>(*v);
+  return true;
+}
+
+/// `NAME STRING;` (non-empty).
+template <auto M>
+bool set_string(Builder& b, Scope& s, const Directive& d) {
+  using C = typename MemberOf<decltype(M)>::Class;
+  if (d.args[0].value.empty()) return fail_invalid_value(b, d, 0);
+  target<C>(s).*M = d.args[0].value;
+  return true;
+}
+
+/// Accepts the arguments and stores nothing (documented no-op directives); validates on|off.
+bool set_ignored_flag(Builder& b, Scope& s, const Directive& d);
+
+/// merge: copy the field from the enclosing block (nginx's ngx_conf_merge_value with the default already
+/// sitting in the outermost block).
+template <auto M>
+void inherit(typename MemberOf<decltype(M)>::Class& child, const typename MemberOf<decltype(M)>::Class& parent) {
+  child.*M = parent.*M;
+}
+
+}  // namespace kosoku::config

@@ -1,0 +1,421 @@
+// Location-level HTTP directives (allowed in http, server and location unless noted): files, timeouts,
+// limits, logging, headers, access rules, disk I/O and the status page. nginx modules they come from:
+// ngx_http_core_module, ngx_http_index_module, ngx_http_log_module, ngx_http_headers_module,
+// ngx_http_access_module, ngx_http_rewrite_module (`return`).
+//
+// Inheritance follows nginx's merge functions: a block that sets none of a slot's directives takes the
+// enclosing block's value; lists (index, add_header, access_log, allow/deny) are inherited whole and only
+// when the block has none of their own. Not inherited: try_files, return, status (as in nginx, they act
+// only where written; the engine checks the server's `base.ret` before choosing a location, nginx's
+// server-rewrite phase).
+//
+// Accepted for nginx compatibility with no effect (documented no-ops): `sendfile on|off` (kosoku always
+// streams files through its disk queues in sendfile_max_chunk pieces), `tcp_nopush on|off`,
+// `tcp_nodelay on|off` (the engine always sets TCP_NODELAY; responses are written in one batch per turn).
+#include <memory>
+#include <string>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "core/config/directive.hh"
+#include "core/config/variables.hh"
+
+namespace kosoku::config {
+
+namespace {
+
+// Compiles a string with variables; the error (if any) is recorded at `a`'s location.
+std::shared_ptr<const Template> compile_arg(Builder& b, const Arg& a, LogEscape escape = LogEscape::kNone) {
+  std::string err;
+  Template t = compile(a.value, a.loc, &err);
+  if (!err.empty()) {
+    b.error = b.error.empty() ? err : b.error;
+    return nullptr;
+  }
+  t.escape = escape;
+  return std::make_shared<const Template>(std::move(t));
+}
+
+// `root PATH;` / `alias PATH;` share one slot (nginx: "alias" directive is duplicate, "root" directive is
+// specified before). A trailing '/' of root is dropped (nginx). Variables are not supported in paths.
+bool set_root_or_alias(Builder& b, Scope& s, const Directive& d) {
+  std::string v = d.args[0].value;
+  if (v.empty()) return fail_invalid_value(b, d, 0);
+  if (v.find('$') != std::string::npos) {
+    return b.fail(d.args[0].loc, absl::StrCat("variables in the ", quoted(d.name), " directive are not supported"));
+  }
+  if (d.name == "alias") {
+    if (s.loc->match == LocationConf::Match::kRegex || s.loc->match == LocationConf::Match::kRegexCaseless) {
+      return b.fail(d.loc, "the \"alias\" directive inside a regex location needs captures, which kosoku does not "
+                           "support");
+    }
+    s.loc->alias = v;
+    return true;
+  }
+  if (v.size() > 1 && v.back() == '/') v.pop_back();
+  s.loc->root = v;
+  s.loc->alias.reset();
+  return true;
+}
+
+// `index FILE...;` Several lines add up; the first one in a block replaces the inherited/default list.
+bool set_index(Builder& b, Scope& s, const Directive& d) {
+  if (!s.seen->has("index")) s.loc->index.clear();
+  for (const Arg& a : d.args) {
+    if (a.value.empty()) return b.fail(a.loc, "index \"\" in \"index\" directive is invalid");
+    s.loc->index.push_back(a.value);
+  }
+  return true;
+}
+
+// `try_files FILE... URI|=CODE;` Variables are validated; the strings are stored as written.
+bool set_try_files(Builder& b, Scope& s, const Directive& d) {
+  for (const Arg& a : d.args) {
+    if (!compile_arg(b, a)) return false;
+  }
+  const Arg& last = d.args.back();
+  if (!last.value.empty() && last.value[0] == '=') {
+    auto code = parse_number(std::string_view(last.value).substr(1), 999);
+    if (!code) return b.fail(last.loc, absl::StrCat("invalid code ", quoted(last.value)));
+  }
+  s.loc->try_files.clear();
+  for (const Arg& a : d.args) s.loc->try_files.push_back(a.value);
+  return true;
+}
+
+// `keepalive_timeout TIME [HEADER_TIME];`
+bool set_keepalive_timeout(Builder& b, Scope& s, const Directive& d) {
+  auto t = parse_time_ms(d.args[0].value);
+  if (!t) return fail_invalid_value(b, d, 0);
+  uint64_t header = 0;
+  if (d.args.size() == 2) {
+    auto h = parse_time_sec(d.args[1].value);
+    if (!h) return fail_invalid_value(b, d, 1);
+    header = *h;
+  }
+  s.loc->keepalive_timeout_ms = *t;
+  s.loc->keepalive_header_timeout_s = header;
+  return true;
+}
+
+// `access_log off | PATH [FORMAT [buffer=SIZE] [flush=TIME]];` buffer= and flush= are validated and not
+// stored (kosoku's log writer has its own per-core buffering); gzip= and if= are refused. `off` in a block
+// turns the block's logging off whatever other access_log lines it has (nginx).
+bool set_access_log(Builder& b, Scope& s, const Directive& d) {
+  const std::string& path = d.args[0].value;
+  if (path == "off") {
+    if (d.args.size() > 1) return b.fail(d.args[1].loc, absl::StrCat("invalid parameter ", quoted(d.args[1].value)));
+    s.loc->access_log.clear();
+    s.seen->mark("access_log off", "access_log");
+    return true;
+  }
+  if (path.empty()) return fail_invalid_value(b, d, 0);
+  if (path.rfind("syslog:", 0) == 0) {
+    return b.fail(d.args[0].loc, absl::StrCat("\"access_log\" target ", quoted(path), " is not supported"));
+  }
+  AccessLogConf log;
+  log.path = path;
+  size_t i = 1;
+  if (d.args.size() > 1 && d.args[1].value.find('=') == std::string::npos) {
+    log.format = d.args[1].value;
+    b.access_log_refs.push_back(NameRef{log.format, d.args[1].loc});
+    i = 2;
+  }
+  for (; i < d.args.size(); ++i) {
+    std::string_view v = d.args[i].value;
+    bool ok;
+    if (v.rfind("buffer=", 0) == 0) {
+      ok = parse_size(v.substr(7)).has_value();
+    } else if (v.rfind("flush=", 0) == 0) {
+      ok = parse_time_ms(v.substr(6)).has_value();
+    } else {
+      return b.fail(d.args[i].loc, absl::StrCat("invalid parameter ", quoted(v)));
+    }
+    if (!ok) return b.fail(d.args[i].loc, absl::StrCat("invalid parameter ", quoted(v)));
+  }
+  if (!s.seen->has("access_log off")) s.loc->access_log.push_back(std::move(log));
+  return true;
+}
+
+// `log_format NAME [escape=default|json|none] STRING...;` (http). The strings are concatenated; each is
+// compiled on its own so an unknown variable is reported where it is written.
+bool set_log_format(Builder& b, Scope& s, const Directive& d) {
+  LogFormatConf f;
+  f.name = d.args[0].value;
+  f.loc = d.loc;
+  if (f.name.empty()) return fail_invalid_value(b, d, 0);
+  if (f.name == "combined") return b.fail(d.args[0].loc, "duplicate \"log_format\" name \"combined\"");
+  for (const LogFormatConf& other : s.main->http.log_formats) {
+    if (other.name == f.name) return b.fail(d.args[0].loc, absl::StrCat("duplicate \"log_format\" name ", quoted(f.name)));
+  }
+  size_t i = 1;
+  std::string_view esc = d.args[1].value;
+  if (esc.rfind("escape=", 0) == 0) {
+    esc.remove_prefix(7);
+    if (esc == "default") {
+      f.escape = LogEscape::kDefault;
+    } else if (esc == "json") {
+      f.escape = LogEscape::kJson;
+    } else if (esc == "none") {
+      f.escape = LogEscape::kNone;
+    } else {
+      return b.fail(d.args[1].loc, absl::StrCat("unknown log format escaping ", quoted(esc)));
+    }
+    i = 2;
+    if (d.args.size() < 3) return b.fail(d.loc, "invalid number of arguments in \"log_format\" directive");
+  }
+  Template all;
+  for (; i < d.args.size(); ++i) {
+    auto t = compile_arg(b, d.args[i]);
+    if (!t) return false;
+    f.format += d.args[i].value;
+    for (const TemplateSegment& seg : t->segments) {
+      if (!seg.is_variable && !all.segments.empty() && !all.segments.back().is_variable) {
+        all.segments.back().text += seg.text;  // adjacent strings join into one literal
+      } else {
+        all.segments.push_back(seg);
+      }
+    }
+  }
+  all.escape = f.escape;
+  all.loc = d.loc;
+  f.tpl = std::make_shared<const Template>(std::move(all));
+  s.main->http.log_formats.push_back(std::move(f));
+  return true;
+}
+
+// `open_file_cache off | max=N [inactive=TIME];` (nginx: "open_file_cache" must have "max" parameter).
+bool set_open_file_cache(Builder& b, Scope& s, const Directive& d) {
+  OpenFileCacheConf& c = s.loc->open_file_cache;
+  if (d.args[0].value == "off" && d.args.size() == 1) {
+    c.enabled = false;
+    return true;
+  }
+  uint32_t max = 0;
+  uint64_t inactive_ms = 60000;
+  for (const Arg& a : d.args) {
+    std::string_view v = a.value;
+    bool ok = false;
+    if (v.rfind("max=", 0) == 0) {
+      auto n = parse_number(v.substr(4));
+      ok = n && *n > 0;
+      if (ok) max = static_cast<uint32_t>(*n);
+    } else if (v.rfind("inactive=", 0) == 0) {
+      auto n = parse_time_sec(v.substr(9));
+      ok = n.has_value();
+      if (ok) inactive_ms = *n * 1000;
+    }
+    if (!ok) return b.fail(a.loc, absl::StrCat("invalid \"open_file_cache\" parameter ", quoted(v)));
+  }
+  if (max == 0) return b.fail(d.loc, "\"open_file_cache\" must have \"max\" parameter");
+  c.enabled = true;
+  c.max = max;
+  c.inactive_ms = inactive_ms;
+  return true;
+}
+
+// `return CODE [TEXT|URL];` / `return URL;` (server, location). URL form: http://, https:// or $scheme
+// start → 302. CODE 0..999 (nginx allows its own 444 and the like).
+bool set_return(Builder& b, Scope& s, const Directive& d) {
+  ReturnConf r;
+  const Arg& first = d.args[0];
+  const Arg* text = d.args.size() == 2 ? &d.args[1] : nullptr;
+  if (d.args.size() == 1 && (first.value.rfind("http://", 0) == 0 || first.value.rfind("https://", 0) == 0 ||
+                             first.value.rfind("$scheme", 0) == 0)) {
+    r.code = 302;
+    text = &first;
+  } else {
+    auto code = parse_number(first.value, 999);
+    if (!code) return b.fail(first.loc, absl::StrCat("invalid return code ", quoted(first.value)));
+    r.code = static_cast<int>(*code);
+  }
+  if (text) {
+    r.text = text->value;
+    r.text_tpl = compile_arg(b, *text);
+    if (!r.text_tpl) return false;
+  } else {
+    r.text_tpl = std::make_shared<const Template>();
+  }
+  s.loc->ret = std::move(r);
+  return true;
+}
+
+// `add_header NAME VALUE [always];`
+bool set_add_header(Builder& b, Scope& s, const Directive& d) {
+  AddHeader h;
+  h.name = d.args[0].value;
+  if (h.name.empty() || h.name.find_first_of(" \t\r\n:") != std::string::npos) return fail_invalid_value(b, d, 0);
+  h.value = d.args[1].value;
+  if (h.value.find_first_of("\r\n") != std::string::npos) return fail_invalid_value(b, d, 1);
+  if (d.args.size() == 3) {
+    if (d.args[2].value != "always") {
+      return b.fail(d.args[2].loc, absl::StrCat("invalid parameter ", quoted(d.args[2].value)));
+    }
+    h.always = true;
+  }
+  h.value_tpl = compile_arg(b, d.args[1]);
+  if (!h.value_tpl) return false;
+  s.loc->add_header.push_back(std::move(h));
+  return true;
+}
+
+// `if_modified_since off|exact|before;`
+bool set_if_modified_since(Builder& b, Scope& s, const Directive& d) {
+  const std::string& v = d.args[0].value;
+  if (v == "off") {
+    s.loc->if_modified_since = IfModifiedSince::kOff;
+  } else if (v == "exact") {
+    s.loc->if_modified_since = IfModifiedSince::kExact;
+  } else if (v == "before") {
+    s.loc->if_modified_since = IfModifiedSince::kBefore;
+  } else {
+    return fail_invalid_value(b, d, 0, ", it must be \"off\", \"exact\" or \"before\"");
+  }
+  return true;
+}
+
+// `allow ADDR[/N] | all;` `deny ...;` one ordered list (slot "access").
+bool set_access(Builder& b, Scope& s, const Directive& d) {
+  AccessRule r;
+  r.allow = d.name == "allow";
+  bool host_bits = false;
+  const std::string& v = d.args[0].value;
+  if (v.rfind("unix:", 0) == 0 || !parse_access_rule(v, &r, &host_bits)) {
+    return b.fail(d.args[0].loc, absl::StrCat("invalid parameter ", quoted(v)));
+  }
+  if (host_bits) b.warn(d.args[0].loc, absl::StrCat("low address bits of ", v, " are meaningless"));
+  s.loc->access.push_back(r);
+  return true;
+}
+
+// `aio io_uring[=QUEUE] | threads[=QUEUE] | on | off;` (`on` = io_uring). QUEUE names a disk_queue
+// (checked once the whole file is read: disk_queue lines may follow).
+bool set_aio(Builder& b, Scope& s, const Directive& d) {
+  std::string_view v = d.args[0].value;
+  std::string_view queue = "default";
+  size_t eq = v.find('=');
+  std::string_view mode = v.substr(0, eq);
+  if (eq != std::string_view::npos) {
+    queue = v.substr(eq + 1);
+    if (queue.empty() || (mode != "io_uring" && mode != "threads")) return fail_invalid_value(b, d, 0);
+  }
+  if (mode == "io_uring" || mode == "on") {
+    s.loc->aio = AioMode::kIoUring;
+  } else if (mode == "threads") {
+    s.loc->aio = AioMode::kThreads;
+  } else if (mode == "off") {
+    s.loc->aio = AioMode::kOff;
+  } else {
+    return fail_invalid_value(b, d, 0, ", it must be \"io_uring\", \"threads\" or \"off\"");
+  }
+  s.loc->aio_queue = std::string(queue);
+  if (eq != std::string_view::npos) b.aio_refs.push_back(NameRef{std::string(queue), d.args[0].loc});
+  return true;
+}
+
+bool set_status(Builder&, Scope& s, const Directive&) {
+  s.loc->status = true;
+  return true;
+}
+
+constexpr DirectiveSpec kHttpDirectives[] = {
+    {.name = "root", .contexts = kCtxHttpAny, .args = kTake1, .set = set_root_or_alias,
+     .merge_loc = [](LocationConf& c, const LocationConf& p) {
+       c.root = p.root;
+       c.alias = p.alias;
+     },
+     .default_value = "html", .slot = "root"},
+    {.name = "alias", .contexts = kCtxLocation, .args = kTake1, .set = set_root_or_alias,
+     .merge_loc = [](LocationConf& c, const LocationConf& p) {
+       c.root = p.root;
+       c.alias = p.alias;
+     },
+     .slot = "root"},
+    {.name = "index", .contexts = kCtxHttpAny, .args = k1More, .flags = kMulti, .set = set_index,
+     .merge_loc = inherit<&LocationConf::index>, .default_value = "index.html"},
+    {.name = "try_files", .contexts = kCtxServerAny, .args = k2More, .set = set_try_files},
+    {.name = "default_type", .contexts = kCtxHttpAny, .args = kTake1, .set = set_string<&LocationConf::default_type>,
+     .merge_loc = inherit<&LocationConf::default_type>, .default_value = "text/plain"},
+    {.name = "keepalive_timeout", .contexts = kCtxHttpAny, .args = kTake12, .set = set_keepalive_timeout,
+     .merge_loc =
+         [](LocationConf& c, const LocationConf& p) {
+           c.keepalive_timeout_ms = p.keepalive_timeout_ms;
+           c.keepalive_header_timeout_s = p.keepalive_header_timeout_s;
+         },
+     .default_value = "75s"},
+    {.name = "keepalive_requests", .contexts = kCtxHttpAny, .args = kTake1,
+     .set = set_number<&LocationConf::keepalive_requests, 0>, .merge_loc = inherit<&LocationConf::keepalive_requests>,
+     .default_value = "1000"},
+    {.name = "client_body_timeout", .contexts = kCtxHttpAny, .args = kTake1,
+     .set = set_msec<&LocationConf::client_body_timeout_ms>,
+     .merge_loc = inherit<&LocationConf::client_body_timeout_ms>, .default_value = "60s"},
+    {.name = "send_timeout", .contexts = kCtxHttpAny, .args = kTake1, .set = set_msec<&LocationConf::send_timeout_ms>,
+     .merge_loc = inherit<&LocationConf::send_timeout_ms>, .default_value = "60s"},
+    {.name = "client_max_body_size", .contexts = kCtxHttpAny, .args = kTake1,
+     .set = set_size<&LocationConf::client_max_body_size>, .merge_loc = inherit<&LocationConf::client_max_body_size>,
+     .default_value = "1m"},
+    {.name = "sendfile_max_chunk", .contexts = kCtxHttpAny, .args = kTake1,
+     .set = set_size<&LocationConf::sendfile_max_chunk>, .merge_loc = inherit<&LocationConf::sendfile_max_chunk>,
+     .default_value = "2m"},
+    {.name = "access_log", .contexts = kCtxHttpAny, .args = k1More, .flags = kMulti, .set = set_access_log,
+     .merge_loc = inherit<&LocationConf::access_log>},
+    {.name = "log_format", .contexts = kCtxHttp, .args = k2More, .flags = kMulti, .set = set_log_format},
+    {.name = "open_file_cache", .contexts = kCtxHttpAny, .args = kTake12, .set = set_open_file_cache,
+     .merge_loc =
+         [](LocationConf& c, const LocationConf& p) {
+           c.open_file_cache.enabled = p.open_file_cache.enabled;
+           c.open_file_cache.max = p.open_file_cache.max;
+           c.open_file_cache.inactive_ms = p.open_file_cache.inactive_ms;
+         },
+     .default_value = "off"},
+    {.name = "open_file_cache_valid", .contexts = kCtxHttpAny, .args = kTake1,
+     .set = [](Builder& b, Scope& s, const Directive& d) {
+       auto v = parse_time_sec(d.args[0].value);
+       if (!v) return fail_invalid_value(b, d, 0);
+       s.loc->open_file_cache.valid_ms = *v * 1000;
+       return true;
+     },
+     .merge_loc = [](LocationConf& c, const LocationConf& p) { c.open_file_cache.valid_ms = p.open_file_cache.valid_ms; },
+     .default_value = "60s"},
+    {.name = "open_file_cache_min_uses", .contexts = kCtxHttpAny, .args = kTake1,
+     .set = [](Builder& b, Scope& s, const Directive& d) {
+       auto v = parse_number(d.args[0].value);
+       if (!v || *v == 0) return fail_invalid_value(b, d, 0);
+       s.loc->open_file_cache.min_uses = static_cast<uint32_t>(*v);
+       return true;
+     },
+     .merge_loc = [](LocationConf& c, const LocationConf& p) { c.open_file_cache.min_uses = p.open_file_cache.min_uses; },
+     .default_value = "1"},
+    {.name = "open_file_cache_errors", .contexts = kCtxHttpAny, .args = kTake1,
+     .set = [](Builder& b, Scope& s, const Directive& d) { return parse_flag_arg(b, d, 0, &s.loc->open_file_cache.errors); },
+     .merge_loc = [](LocationConf& c, const LocationConf& p) { c.open_file_cache.errors = p.open_file_cache.errors; },
+     .default_value = "off"},
+    {.name = "return", .contexts = kCtxServerAny, .args = kTake12, .set = set_return},
+    {.name = "add_header", .contexts = kCtxHttpAny, .args = kTake23, .flags = kMulti, .set = set_add_header,
+     .merge_loc = inherit<&LocationConf::add_header>},
+    {.name = "etag", .contexts = kCtxHttpAny, .args = kTake1, .set = set_flag<&LocationConf::etag>,
+     .merge_loc = inherit<&LocationConf::etag>, .default_value = "on"},
+    {.name = "if_modified_since", .contexts = kCtxHttpAny, .args = kTake1, .set = set_if_modified_since,
+     .merge_loc = inherit<&LocationConf::if_modified_since>, .default_value = "exact"},
+    {.name = "allow", .contexts = kCtxHttpAny, .args = kTake1, .flags = kMulti, .set = set_access,
+     .merge_loc = inherit<&LocationConf::access>, .slot = "access"},
+    {.name = "deny", .contexts = kCtxHttpAny, .args = kTake1, .flags = kMulti, .set = set_access,
+     .merge_loc = inherit<&LocationConf::access>, .slot = "access"},
+    {.name = "aio", .contexts = kCtxHttpAny, .args = kTake1, .set = set_aio,
+     .merge_loc =
+         [](LocationConf& c, const LocationConf& p) {
+           c.aio = p.aio;
+           c.aio_queue = p.aio_queue;
+         },
+     .default_value = "io_uring"},
+    {.name = "status", .contexts = kCtxLocation, .args = kNoArgs, .set = set_status},
+    {.name = "sendfile", .contexts = kCtxHttpAny, .args = kTake1, .set = set_ignored_flag},
+    {.name = "tcp_nopush", .contexts = kCtxHttpAny, .args = kTake1, .set = set_ignored_flag},
+    {.name = "tcp_nodelay", .contexts = kCtxHttpAny, .args = kTake1, .set = set_ignored_flag},
+};
+
+}  // namespace
+
+std::span<const DirectiveSpec> http_directives() { return kHttpDirectives; }
+
+}  // namespace kosoku::config

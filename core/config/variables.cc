@@ -1,0 +1,261 @@
+#include "core/config/variables.hh"
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "core/config/lexer.hh"
+
+namespace kosoku::config {
+
+namespace {
+
+struct VarName {
+  std::string_view name;
+  VarId id;
+};
+
+// Prefixed variables come first so that var_name() of kHttp / kSentHttp finds them by id.
+constexpr VarName kVars[] = {
+    {"remote_addr", VarId::kRemoteAddr},
+    {"remote_user", VarId::kRemoteUser},
+    {"time_local", VarId::kTimeLocal},
+    {"time_iso8601", VarId::kTimeIso8601},
+    {"request", VarId::kRequest},
+    {"request_method", VarId::kRequestMethod},
+    {"request_uri", VarId::kRequestUri},
+    {"uri", VarId::kUri},
+    {"args", VarId::kArgs},
+    {"query_string", VarId::kQueryString},
+    {"status", VarId::kStatus},
+    {"body_bytes_sent", VarId::kBodyBytesSent},
+    {"bytes_sent", VarId::kBytesSent},
+    {"http_", VarId::kHttp},
+    {"sent_http_", VarId::kSentHttp},
+    {"host", VarId::kHost},
+    {"server_name", VarId::kServerName},
+    {"server_port", VarId::kServerPort},
+    {"server_protocol", VarId::kServerProtocol},
+    {"scheme", VarId::kScheme},
+    {"request_time", VarId::kRequestTime},
+    {"request_length", VarId::kRequestLength},
+    {"msec", VarId::kMsec},
+    {"connection", VarId::kConnection},
+    {"connection_requests", VarId::kConnectionRequests},
+    {"upstream_cache_status", VarId::kUpstreamCacheStatus},
+    {"document_root", VarId::kDocumentRoot},
+    {"realpath_root", VarId::kRealpathRoot},
+    {"content_type", VarId::kContentType},
+    {"content_length", VarId::kContentLength},
+    {"is_args", VarId::kIsArgs},
+    {"pid", VarId::kPid},
+    {"hostname", VarId::kHostname},
+};
+
+bool is_name_char(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
+}
+
+// Resolves a lower-cased name; false if unknown. Sets *suffix for the prefixed variables.
+bool lookup(std::string_view name, VarId* id, std::string_view* suffix) {
+  *suffix = {};
+  for (const VarName& v : kVars) {
+    if (v.name == name) {
+      if (v.id == VarId::kHttp || v.id == VarId::kSentHttp) return false;  // "$http_" alone
+      *id = v.id;
+      return true;
+    }
+  }
+  // $sent_http_ before $http_: "sent_http_x" does not start with "http_", so order is only for clarity.
+  for (std::string_view prefix : {std::string_view("sent_http_"), std::string_view("http_")}) {
+    if (name.size() > prefix.size() && name.substr(0, prefix.size()) == prefix) {
+      *id = prefix[0] == 's' ? VarId::kSentHttp : VarId::kHttp;
+      *suffix = name.substr(prefix.size());
+      return true;
+    }
+  }
+  return false;
+}
+
+constexpr char kHexUpper[] = "0123456789ABCDEF";
+constexpr char kHexLower[] = "0123456789abcdef";
+
+// Extra bytes the escaped form of `c` needs beyond 1.
+size_t escape_extra(LogEscape e, unsigned char c) {
+  if (e == LogEscape::kDefault) {
+    return (c == '"' || c == '\\' || c < 0x20 || c >= 0x7f) ? 3 : 0;  // \xHH
+  }
+  // kJson
+  if (c == '"' || c == '\\') return 1;
+  if (c >= 0x20) return 0;
+  switch (c) {
+    case '\n':
+    case '\r':
+    case '\t':
+    case '\b':
+    case '\f':
+      return 1;
+    default:
+      return 5;  // \u00hh
+  }
+}
+
+// Writes the escaped form of `c` ending just before `*w` (moving *w back).
+void write_escaped_backward(LogEscape e, unsigned char c, char* base, size_t* w) {
+  auto put = [&](char ch) { base[--*w] = ch; };
+  if (escape_extra(e, c) == 0) {
+    put(static_cast<char>(c));
+    return;
+  }
+  if (e == LogEscape::kDefault) {
+    put(kHexUpper[c & 0xf]);
+    put(kHexUpper[c >> 4]);
+    put('x');
+    put('\\');
+    return;
+  }
+  switch (c) {
+    case '"':
+    case '\\':
+      put(static_cast<char>(c));
+      break;
+    case '\n':
+      put('n');
+      break;
+    case '\r':
+      put('r');
+      break;
+    case '\t':
+      put('t');
+      break;
+    case '\b':
+      put('b');
+      break;
+    case '\f':
+      put('f');
+      break;
+    default:
+      put(kHexLower[c & 0xf]);
+      put(kHexLower[c >> 4]);
+      put('0');
+      put('0');
+      put('u');
+      break;
+  }
+  put('\\');
+}
+
+// Escapes out[start, end) in place (the region grows; processed from the back so no copy is needed).
+void escape_in_place(LogEscape e, std::string& out, size_t start) {
+  size_t end = out.size();
+  size_t extra = 0;
+  for (size_t i = start; i < end; ++i) extra += escape_extra(e, static_cast<unsigned char>(out[i]));
+  if (extra == 0) return;
+  out.resize(end + extra);
+  size_t w = end + extra;
+  for (size_t i = end; i-- > start;) write_escaped_backward(e, static_cast<unsigned char>(out[i]), out.data(), &w);
+}
+
+}  // namespace
+
+std::string_view var_name(VarId id) {
+  for (const VarName& v : kVars) {
+    if (v.id == id) return v.name;
+  }
+  return {};
+}
+
+bool Template::has_variables() const {
+  for (const TemplateSegment& s : segments) {
+    if (s.is_variable) return true;
+  }
+  return false;
+}
+
+bool Template::uses(VarId id) const {
+  for (const TemplateSegment& s : segments) {
+    if (s.is_variable && s.id == id) return true;
+  }
+  return false;
+}
+
+Template compile(std::string_view s, const SourceLoc& loc, std::string* error) {
+  Template t;
+  t.loc = loc;
+  auto fail = [&](std::string msg) {
+    if (error) *error = format_diag(loc, msg);
+    return Template{{}, LogEscape::kNone, loc};
+  };
+  std::string literal;
+  size_t i = 0;
+  while (i < s.size()) {
+    char c = s[i];
+    if (c != '$') {
+      literal.push_back(c);
+      ++i;
+      continue;
+    }
+    ++i;
+    std::string_view name;
+    if (i < s.size() && s[i] == '{') {
+      size_t close = s.find('}', i + 1);
+      size_t stop = i + 1;
+      while (stop < s.size() && is_name_char(s[stop])) ++stop;
+      if (close == std::string_view::npos || close != stop) {
+        if (close == std::string_view::npos) {
+          return fail(absl::StrCat("the closing bracket in \"", std::string(s.substr(i + 1, stop - i - 1)),
+                                   "\" variable is missing"));
+        }
+        return fail(absl::StrCat("invalid variable name in \"", std::string(s), "\""));
+      }
+      name = s.substr(i + 1, close - i - 1);
+      i = close + 1;
+    } else {
+      size_t stop = i;
+      while (stop < s.size() && is_name_char(s[stop])) ++stop;
+      name = s.substr(i, stop - i);
+      i = stop;
+    }
+    if (name.empty()) return fail(absl::StrCat("invalid variable name in \"", std::string(s), "\""));
+    std::string lower = absl::AsciiStrToLower(std::string(name));
+    VarId id;
+    std::string_view suffix;
+    if (!lookup(lower, &id, &suffix)) return fail(absl::StrCat("unknown \"", lower, "\" variable"));
+    if (!literal.empty()) {
+      t.segments.push_back(TemplateSegment{false, VarId::kUri, std::move(literal)});
+      literal.clear();
+    }
+    t.segments.push_back(TemplateSegment{true, id, std::string(suffix)});
+  }
+  if (!literal.empty()) t.segments.push_back(TemplateSegment{false, VarId::kUri, std::move(literal)});
+  return t;
+}
+
+void expand(const Template& t, const VariableSource& vars, std::string& out) {
+  for (const TemplateSegment& seg : t.segments) {
+    if (!seg.is_variable) {
+      out.append(seg.text);
+      continue;
+    }
+    size_t start = out.size();
+    bool found = vars.get(seg.id, seg.text, out);
+    if (!found) {
+      out.resize(start);  // a source that appended before failing must not leak bytes
+      if (t.escape == LogEscape::kDefault) out.push_back('-');
+      continue;
+    }
+    if (t.escape != LogEscape::kNone) escape_in_place(t.escape, out, start);
+  }
+}
+
+bool http_var_name_matches(std::string_view header_name, std::string_view suffix) {
+  if (header_name.size() != suffix.size()) return false;
+  for (size_t i = 0; i < suffix.size(); ++i) {
+    char h = absl::ascii_tolower(static_cast<unsigned char>(header_name[i]));
+    if (h == '-') h = '_';
+    char s = suffix[i];
+    if (s == '-') s = '_';
+    if (h != s) return false;
+  }
+  return true;
+}
+
+}  // namespace kosoku::config

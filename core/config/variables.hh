@@ -1,0 +1,116 @@
+// Strings with nginx variables (`$uri`, `${host}`), compiled once at load and expanded per request.
+//
+// Used by `log_format`, `add_header`, `return` and `try_files`. The loader compiles and validates every such
+// string (unknown variable → `unknown "foo" variable`, as nginx); the HTTP engine expands them with its own
+// VariableSource. Expansion appends to a caller-owned string and allocates nothing beyond that string's
+// growth (reserve it once per connection).
+//
+// Variables known to kosoku (nginx meanings, ngx_http_variables.c / ngx_http_log_module.c):
+//   $remote_addr $remote_user $time_local $time_iso8601 $request $request_method $request_uri $uri $args
+//   $query_string $status $body_bytes_sent $bytes_sent $http_NAME $sent_http_NAME $host $server_name
+//   $server_port $server_protocol $scheme $request_time $request_length $msec $connection
+//   $connection_requests $upstream_cache_status $document_root $realpath_root $content_type
+//   $content_length $is_args $pid $hostname
+// Names are case-insensitive (nginx hashes them lower-cased). `$http_NAME` / `$sent_http_NAME` carry NAME
+// (lower-cased, as written, e.g. "user_agent") as the suffix; http_var_name_matches() compares it with a
+// header field name the nginx way ('-' and '_' equal, case-insensitive).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/config/conf.hh"
+
+namespace kosoku::config {
+
+enum class VarId : uint8_t {
+  kRemoteAddr,
+  kRemoteUser,
+  kTimeLocal,
+  kTimeIso8601,
+  kRequest,
+  kRequestMethod,
+  kRequestUri,
+  kUri,
+  kArgs,
+  kQueryString,
+  kStatus,
+  kBodyBytesSent,
+  kBytesSent,
+  kHttp,      // $http_NAME: request header NAME
+  kSentHttp,  // $sent_http_NAME: response header NAME
+  kHost,
+  kServerName,
+  kServerPort,
+  kServerProtocol,
+  kScheme,
+  kRequestTime,
+  kRequestLength,
+  kMsec,
+  kConnection,
+  kConnectionRequests,
+  kUpstreamCacheStatus,
+  kDocumentRoot,
+  kRealpathRoot,
+  kContentType,
+  kContentLength,
+  kIsArgs,
+  kPid,
+  kHostname,
+};
+
+/// The variable's nginx name without `$` ("remote_addr"; "http_" / "sent_http_" for the prefixed ones).
+std::string_view var_name(VarId id);
+
+/// One piece of a compiled template.
+struct TemplateSegment {
+  bool is_variable = false;
+  VarId id = VarId::kUri;  // is_variable only
+  std::string text;        // literal text; for kHttp / kSentHttp the NAME suffix (lower-case); else empty
+};
+
+/// A compiled string. `escape` applies to variable values only (literal text is copied as is):
+///   kNone     values copied verbatim; a missing variable expands to nothing (add_header, return, and
+///             log_format escape=none);
+///   kDefault  nginx's log escaping: `"`, `\`, bytes < 0x20 and >= 0x7f become `\xHH` (upper-case hex);
+///             a missing variable prints `-` (log_format default);
+///   kJson     JSON string escaping (`\"`, `\\`, `\n` `\r` `\t` `\b` `\f`, other bytes < 0x20 as `\u00hh`);
+///             a missing variable expands to nothing (log_format escape=json).
+struct Template {
+  std::vector<TemplateSegment> segments;
+  LogEscape escape = LogEscape::kNone;
+  SourceLoc loc;  // where the string was written
+
+  bool has_variables() const;
+  bool uses(VarId id) const;
+};
+
+/// Compiles `s` (`$name` and `${name}`; a name is [A-Za-z0-9_]+). On error returns an empty Template and
+/// sets *error (if non-null) to `FILE:LINE:COL: message` at `loc`: `unknown "foo" variable`,
+/// `invalid variable name in "..."`, `the closing bracket in "name" variable is missing`.
+Template compile(std::string_view s, const SourceLoc& loc, std::string* error);
+
+/// What the HTTP engine implements per request to expand templates.
+class VariableSource {
+ public:
+  /// Appends the value of variable `id` to `out` and returns true; returns false (appending nothing) when
+  /// the variable is not set for this request (nginx's "not found": e.g. $remote_user without
+  /// credentials, $http_NAME for an absent header). `name_suffix` is the NAME of $http_NAME /
+  /// $sent_http_NAME, empty for the others. Must not throw.
+  virtual bool get(VarId id, std::string_view name_suffix, std::string& out) const = 0;
+
+ protected:
+  ~VariableSource() = default;
+};
+
+/// Appends the expansion of `t` to `out` (escaping variable values per t.escape). Allocation-free apart
+/// from the growth of `out`.
+void expand(const Template& t, const VariableSource& vars, std::string& out);
+
+/// nginx's $http_NAME rule: `header_name` (as received) matches `suffix` when they have the same length
+/// and each byte is equal case-insensitively, with '-' in the header equal to '_' in the suffix.
+bool http_var_name_matches(std::string_view header_name, std::string_view suffix);
+
+}  // namespace kosoku::config
