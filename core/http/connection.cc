@@ -110,6 +110,10 @@ class HttpConnection final : public net::StreamHandler,
   void on_readable(net::Stream&) override { process(); }
   void on_peer_closed(net::Stream&) override {
     peer_closed_ = true;
+    if (state_ == State::kBusy && body_sink_ != nullptr) {
+      deliver_body();
+      return;
+    }
     if (state_ == State::kIdle || state_ == State::kReadingHead) {
       // A partial head at FIN: nothing to answer (nginx closes silently too).
       close(net::Stream::Close::kAbort);
@@ -142,6 +146,12 @@ class HttpConnection final : public net::StreamHandler,
   // ---- Timer: header / body / keep-alive / send timeouts
   void fire() override {
     if (stream_ == nullptr) return;
+    if (state_ == State::kBusy && body_sink_ != nullptr) {
+      // client_body_timeout: the handler answers (nginx logs 408 and closes).
+      body_failed(408);
+      if (stream_ != nullptr) stream_->flush();
+      return;
+    }
     if (state_ == State::kReadingHead && !stream_->input().empty()) {
       // client_header_timeout: nginx answers 408 and closes.
       send_simple_error(408);
@@ -175,14 +185,25 @@ class HttpConnection final : public net::StreamHandler,
   void write(std::string_view data) override {
     if (stream_ == nullptr || head_only_ || data.empty()) return;
     body_bytes_ += data.size();
+    if (chunked_out_) write_chunk_size(data.size());
     stream_->write(data);
+    if (chunked_out_) stream_->write("\r\n");
   }
   void write_ref(const char* data, size_t len) override {
     if (stream_ == nullptr || head_only_ || len == 0) return;
     body_bytes_ += len;
+    if (chunked_out_) write_chunk_size(len);
     stream_->write_ref(data, len);
+    if (chunked_out_) stream_->write("\r\n");
     stream_->flush();
     arm_send_timeout();
+  }
+  void read_body(BodySink* sink) override;
+  void pause_body(bool paused) override {
+    body_paused_ = paused;
+    if (!paused && body_sink_ != nullptr && !in_process_) {
+      core_.reactor->post(&body_task_);
+    }
   }
   size_t pending_output() const override { return stream_ != nullptr ? stream_->pending_output() : 0; }
   void set_low_water(size_t bytes) override {
@@ -241,6 +262,22 @@ class HttpConnection final : public net::StreamHandler,
 
   void process();
   bool discard_body();
+  /// Feeds buffered input to body_sink_; false when it needs more input (or is paused/done).
+  void deliver_body();
+  void body_failed(int status);
+  void write_chunk_size(size_t n) {
+    char buf[24];
+    int len = snprintf(buf, sizeof(buf), "%zx\r\n", n);
+    stream_->write(std::string_view(buf, static_cast<size_t>(len)));
+  }
+  struct BodyTask final : reactor::Task {
+    HttpConnection* c;
+    explicit BodyTask(HttpConnection* h) : c(h) {}
+    void run() override {
+      if (c->stream_ != nullptr && c->body_sink_ != nullptr) c->deliver_body();
+      if (c->stream_ != nullptr) c->stream_->flush();
+    }
+  };
   void start_request(std::span<const char> in, size_t head_len);
   void run_phases();
   void send_simple_error(int status);
@@ -276,6 +313,11 @@ class HttpConnection final : public net::StreamHandler,
   uint64_t body_bytes_ = 0;
   uint64_t body_left_ = 0;       // Content-Length body bytes still to discard
   std::optional<ChunkedDecoder> chunked_;
+  BodySink* body_sink_ = nullptr;
+  bool body_paused_ = false;
+  bool body_done_ = true;        // no body, or all of it consumed (read or discarded)
+  bool chunked_out_ = false;     // this response uses chunked transfer coding
+  BodyTask body_task_{this};
   bool keep_alive_ = true;
   bool head_only_ = false;
   bool head_sent_ = false;
@@ -290,6 +332,10 @@ void HttpConnection::process() {
   if (in_process_) return;
   in_process_ = true;
   while (stream_ != nullptr) {
+    if (state_ == State::kBusy && body_sink_ != nullptr && !body_paused_) {
+      deliver_body();
+      break;
+    }
     if (state_ == State::kClosing || state_ == State::kBusy) break;
     if (state_ == State::kDiscardBody) {
       if (!discard_body()) break;
@@ -359,6 +405,10 @@ void HttpConnection::start_request(std::span<const char> in, size_t head_len) {
   status_ = 0;
   body_left_ = 0;
   chunked_.reset();
+  body_sink_ = nullptr;
+  body_paused_ = false;
+  chunked_out_ = false;
+  body_done_ = req_.body == BodyFraming::kNone;
   if (req_.body == BodyFraming::kContentLength) body_left_ = *req_.content_length;
   if (req_.body == BodyFraming::kChunked) chunked_.emplace(ChunkedLimits{});
 
@@ -457,7 +507,14 @@ void HttpConnection::send_head() {
   if (stream_ == nullptr || head_sent_) return;
   head_sent_ = true;
   status_ = head_.status;
-  if (head_.content_length < 0 && status_has_body(status_) && !head_only_) keep_alive_ = false;
+  if (head_.content_length < 0 && status_has_body(status_)) {
+    // Unknown length: chunked for HTTP/1.1 (keeps the connection), close-delimited for HTTP/1.0.
+    if (req_.version_minor >= 1 && !req_.method_text.empty()) {
+      chunked_out_ = !head_only_;
+    } else {
+      keep_alive_ = false;
+    }
+  }
   std::string& h = out_head_;
   h.clear();
   absl::StrAppend(&h, "HTTP/1.1 ", status_, " ", reason_phrase(status_), "\r\nServer: kosoku\r\nDate: ",
@@ -477,6 +534,9 @@ void HttpConnection::send_head() {
     if (loc_ != nullptr && loc_->keepalive_header_timeout_s > 0) {
       absl::StrAppend(&h, "Keep-Alive: timeout=", loc_->keepalive_header_timeout_s, "\r\n");
     }
+  }
+  if (head_.content_length < 0 && status_has_body(status_) && req_.version_minor >= 1 && !req_.method_text.empty()) {
+    h.append("Transfer-Encoding: chunked\r\n");
   }
   if (!head_.etag.empty()) absl::StrAppend(&h, "ETag: ", head_.etag, "\r\n");
   if (!head_.location.empty()) absl::StrAppend(&h, "Location: ", head_.location, "\r\n");
@@ -528,6 +588,11 @@ void HttpConnection::send_simple_error(int status) {
 
 void HttpConnection::finish() {
   if (state_ != State::kBusy) return;
+  if (chunked_out_ && stream_ != nullptr) {
+    stream_->write("0\r\n\r\n");
+    chunked_out_ = false;
+  }
+  body_sink_ = nullptr;
   core_.stats->count_response(status_);
   log_request();
   if (stream_ == nullptr) return;
@@ -536,7 +601,7 @@ void HttpConnection::finish() {
     close(net::Stream::Close::kGraceful);
     return;
   }
-  if (req_.body != BodyFraming::kNone && (body_left_ > 0 || chunked_.has_value())) {
+  if (!body_done_ && (body_left_ > 0 || chunked_.has_value())) {
     state_ = State::kDiscardBody;
     set_stat(&core_.stats->conn_reading);
     arm(loc_->client_body_timeout_ms);
@@ -581,10 +646,86 @@ bool HttpConnection::discard_body() {
     }
     chunked_.reset();
   }
+  body_done_ = true;
   state_ = State::kIdle;
   set_stat(&core_.stats->conn_idle);
   arm(loc_->keepalive_timeout_ms);
   return true;
+}
+
+void HttpConnection::read_body(BodySink* sink) {
+  body_sink_ = sink;
+  if (body_done_) {
+    body_sink_ = nullptr;
+    sink->on_body_end();
+    return;
+  }
+  if (req_.expect_100_continue && req_.version_minor >= 1) {
+    stream_->write("HTTP/1.1 100 Continue\r\n\r\n");
+    stream_->flush();
+  }
+  // An Expect: 100-continue request whose body we do read keeps the connection reusable.
+  keep_alive_ = req_.keep_alive() && !srv_.shutting_down() && !peer_closed_ && requests_ < loc_->keepalive_requests;
+  arm(loc_->client_body_timeout_ms);
+  if (!in_process_) core_.reactor->post(&body_task_);
+}
+
+void HttpConnection::body_failed(int status) {
+  BodySink* sink = body_sink_;
+  body_sink_ = nullptr;
+  body_done_ = true;  // nothing more is read: the connection closes after the response
+  keep_alive_ = false;
+  chunked_.reset();
+  body_left_ = 0;
+  if (sink != nullptr) sink->on_body_error(status);
+}
+
+void HttpConnection::deliver_body() {
+  while (stream_ != nullptr && body_sink_ != nullptr && !body_paused_) {
+    std::span<const char> in = stream_->input();
+    if (in.empty()) {
+      if (peer_closed_) body_failed(0);
+      return;
+    }
+    if (!chunked_.has_value()) {
+      size_t n = in.size() < body_left_ ? in.size() : static_cast<size_t>(body_left_);
+      // Copy-free: the sink sees the stream's buffer; consume after the call.
+      body_sink_->on_body_data(std::string_view(in.data(), n));
+      if (stream_ == nullptr) return;
+      stream_->consume(n);
+      body_left_ -= n;
+      if (body_left_ == 0) {
+        body_done_ = true;
+        BodySink* sink = body_sink_;
+        body_sink_ = nullptr;
+        sink->on_body_end();
+        return;
+      }
+      arm(loc_->client_body_timeout_ms);
+      continue;
+    }
+    ChunkedStep r = chunked_->decode(std::string_view(in.data(), std::min(in.size(), kDiscardChunk)));
+    if (r.status == ChunkedStatus::kError) {
+      stream_->consume(r.consumed);
+      body_failed(r.http_status);
+      return;
+    }
+    if (r.status == ChunkedStatus::kData) body_sink_->on_body_data(r.data);
+    if (stream_ == nullptr) return;
+    stream_->consume(r.consumed);
+    if (r.status == ChunkedStatus::kDone) {
+      chunked_.reset();
+      body_done_ = true;
+      BodySink* sink = body_sink_;
+      body_sink_ = nullptr;
+      if (sink != nullptr) sink->on_body_end();
+      return;
+    }
+    if (r.status == ChunkedStatus::kNeedMore) {
+      arm(loc_->client_body_timeout_ms);
+      return;
+    }
+  }
 }
 
 void HttpConnection::log_request() {

@@ -41,8 +41,8 @@ struct CoreContext {
   const std::vector<const stats::CoreStats*>* all_stats = nullptr;
 };
 
-/// Response head fields a handler sets before send_head(). Content-Length -1: unknown (the connection then
-/// closes after the body, HTTP/1.1 chunked is not used for static content).
+/// Response head fields a handler sets before send_head(). Content-Length -1: unknown — the body is sent
+/// with chunked transfer coding to HTTP/1.1 clients (RFC 9112 §7.1) and close-delimited to HTTP/1.0 ones.
 struct ResponseHead {
   int status = 200;
   std::string_view content_type;      // empty: none
@@ -52,6 +52,21 @@ struct ResponseHead {
   std::string location;               // absolute-path or URL for redirects
   std::string extra;                  // further header lines, each "Name: value\r\n"
   bool accept_ranges = false;
+};
+
+/// Receives the request body (decoded: Content-Length bytes or de-chunked data) of a handler that reads it.
+class BodySink {
+ public:
+  /// Body bytes, valid only during the call. The sink may call Exchange::pause_body(true) to stop the flow.
+  virtual void on_body_data(std::string_view data) = 0;
+  /// The whole body has arrived (also called at once for a request without a body).
+  virtual void on_body_end() = 0;
+  /// The body is broken (status 400/413, or 408 on client_body_timeout; 0: the client went away). The
+  /// connection closes after the handler's response; the sink gets nothing more.
+  virtual void on_body_error(int status) = 0;
+
+ protected:
+  ~BodySink() = default;
 };
 
 /// Per-request state of a content module, owned by the exchange and reused across keep-alive requests.
@@ -108,6 +123,12 @@ class Exchange {
   virtual void abort_response() = 0;
   /// After on_abort(): no I/O of the state is in flight any more.
   virtual void release() = 0;
+  /// Start delivering the request body to `sink` (once per request). Sends `100 Continue` first when the
+  /// client asked for it (RFC 9110 §10.1.1). Enforces client_max_body_size (413) and client_body_timeout.
+  virtual void read_body(BodySink* sink) = 0;
+  /// Flow control for read_body: while paused, no on_body_data calls (the socket stops being read once the
+  /// input buffer is full).
+  virtual void pause_body(bool paused) = 0;
   /// The request-level slot for the content module's state.
   virtual std::unique_ptr<ContentState>& state() = 0;
 
