@@ -135,6 +135,8 @@ void Worker::run() {
     ctx.find_queue = &Queues::find;
     ctx.queue_owner = &queues;
     ctx.all_stats = all_stats_;
+    net::KernelStack stack(reactor, stats_, conf_.worker_connections);
+    ctx.stack = &stack;
     static_files::StaticHandler static_handler;
     http::HttpServer server(ctx, static_handler);
     http::AccessLogger logs(reactor, conf_, prefix_);
@@ -144,7 +146,6 @@ void Worker::run() {
       return;
     }
     server.access_log = &logs;
-    net::KernelStack stack(reactor, stats_, conf_.worker_connections);
     rc = stack.listen(conf_.http.listen_sockets, server, &error_);
     if (rc < 0) {
       state_.store(rc);

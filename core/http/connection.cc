@@ -471,6 +471,11 @@ void HttpConnection::run_phases() {
     }
     return;
   }
+  ContentHandler& handler = srv_.content_handler(*loc_);
+  if (&handler != &srv_.static_handler()) {
+    handler.handle(*this);  // e.g. proxy_pass: every method goes to the handler
+    return;
+  }
   if (req_.method != Method::kGet && req_.method != Method::kHead) {
     head_.extra.assign("Allow: GET, HEAD\r\n");
     respond(405, {}, {});
@@ -480,7 +485,7 @@ void HttpConnection::run_phases() {
     serve_status();
     return;
   }
-  srv_.static_handler().handle(*this);
+  handler.handle(*this);
 }
 
 // `status;` (like nginx's stub_status): every core's counters, aggregated on demand. Format by

@@ -7,6 +7,8 @@
 #pragma once
 
 #include <memory>
+#include <utility>
+#include <vector>
 
 #include "core/http/exchange.hh"
 #include "core/net/stream.hh"
@@ -23,6 +25,20 @@ class HttpServer final : public net::AcceptHandler {
 
   const CoreContext& core() const { return core_; }
   ContentHandler& static_handler() { return static_handler_; }
+
+  /// Content handler registry (nginx: the content phase handler set by a location directive such as
+  /// proxy_pass). The first registered handler whose predicate accepts the location runs; the static handler
+  /// is the fallback. Register before the loop starts.
+  using LocationPredicate = bool (*)(const config::LocationConf& loc);
+  void add_content_handler(LocationPredicate applies, ContentHandler* handler) {
+    handlers_.push_back({applies, handler});
+  }
+  ContentHandler& content_handler(const config::LocationConf& loc) {
+    for (const auto& [applies, h] : handlers_) {
+      if (applies(loc)) return *h;
+    }
+    return static_handler_;
+  }
   /// Graceful shutdown: idle keep-alive connections close now, busy ones after their current response.
   void begin_shutdown();
   bool shutting_down() const { return shutting_down_; }
@@ -42,6 +58,7 @@ class HttpServer final : public net::AcceptHandler {
  private:
   CoreContext core_;
   ContentHandler& static_handler_;
+  std::vector<std::pair<LocationPredicate, ContentHandler*>> handlers_;
   bool shutting_down_ = false;
 };
 

@@ -20,6 +20,9 @@ class OpenFileCache;
 namespace kosoku::reactor {
 class Reactor;
 }
+namespace kosoku::net {
+class Stack;
+}
 namespace kosoku::stats {
 struct CoreStats;
 }
@@ -32,6 +35,7 @@ struct CoreContext {
   stats::CoreStats* stats = nullptr;
   const config::MainConf* conf = nullptr;
   disk::OpenFileCache* open_file_cache = nullptr;
+  net::Stack* stack = nullptr;  // the core's network stack (outgoing connections: Stack::connect)
   std::string prefix;  // directory relative paths (root, alias, logs) resolve against, with trailing '/'
   /// The core's queue for a `disk_queue` name (never null for names the config validated).
   disk::DiskQueue* (*find_queue)(void* owner, std::string_view name) = nullptr;
