@@ -34,7 +34,7 @@ class AccessLogger final : public AccessLogSink {
   reactor::Reactor& reactor_;
   const config::MainConf& conf_;
   std::string prefix_;
-  absl::flat_hash_map<std::string, config::Template> formats_;
+  absl::flat_hash_map<std::string, const config::Template*> formats_;  // owned by the MainConf
   absl::flat_hash_map<std::string, std::unique_ptr<AccessLogFile>> files_;
   uint64_t reopen_generation_ = 0;
   std::string line_;

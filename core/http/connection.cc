@@ -13,6 +13,7 @@
 #include "core/http/conditional.hh"
 #include "core/http/status.hh"
 #include "core/http/uri.hh"
+#include "core/http/variables.hh"
 #include "core/reactor/reactor.hh"
 #include "core/stats/counters.hh"
 #include "core/stats/export.hh"
@@ -282,6 +283,7 @@ class HttpConnection final : public net::StreamHandler,
   void run_phases();
   void send_simple_error(int status);
   void serve_status();
+  void do_return(const config::ReturnConf& ret);
   void log_request();
 
   HttpServer& srv_;
@@ -306,6 +308,7 @@ class HttpConnection final : public net::StreamHandler,
   const config::LocationConf* loc_ = nullptr;
   ResponseHead head_;
   std::string out_head_;
+  std::string return_body_;
   std::unique_ptr<ContentState> state_slot_;
   uint64_t start_ms_ = 0;
   uint64_t requests_ = 0;
@@ -434,6 +437,11 @@ void HttpConnection::run_phases() {
     respond(norm, {}, {});
     return;
   }
+  if (server_->base.ret.code != 0) {
+    // nginx's SERVER_REWRITE phase: a server-level `return` answers before any location is chosen.
+    do_return(server_->base.ret);
+    return;
+  }
   loc_ = server_->find_location(uri_);
   if (chunked_.has_value()) chunked_.emplace(ChunkedLimits{.max_body_size = loc_->client_max_body_size});
   if (loc_->keepalive_timeout_ms == 0 || requests_ >= loc_->keepalive_requests) keep_alive_ = false;
@@ -463,12 +471,7 @@ void HttpConnection::run_phases() {
   if (req_.body != BodyFraming::kNone && req_.expect_100_continue) keep_alive_ = false;
 
   if (loc_->ret.code != 0) {
-    int code = loc_->ret.code;
-    if (code == 301 || code == 302 || code == 303 || code == 307 || code == 308) {
-      redirect(code, loc_->ret.text);
-    } else {
-      respond(code, loc_->ret.text, loc_->ret.text.empty() ? std::string_view() : loc_->default_type);
-    }
+    do_return(loc_->ret);
     return;
   }
   ContentHandler& handler = srv_.content_handler(*loc_);
@@ -506,6 +509,24 @@ void HttpConnection::serve_status() {
   }
   head_.extra.assign("Cache-Control: no-cache\r\n");
   respond(200, body, type);
+}
+
+// `return CODE [TEXT|URL]` (ngx_http_rewrite_module): redirects for 301/302/303/307/308, else a response with
+// TEXT as the body (default_type). Variables in TEXT/URL are expanded.
+void HttpConnection::do_return(const config::ReturnConf& ret) {
+  std::string text = ret.text;
+  if (ret.text_tpl != nullptr && ret.text_tpl->has_variables()) {
+    text.clear();
+    RequestVariables vars(*this, RequestVariables::Response{}, *core_.reactor);
+    config::expand(*ret.text_tpl, vars, text);
+  }
+  int code = ret.code;
+  if (code == 301 || code == 302 || code == 303 || code == 307 || code == 308) {
+    redirect(code, text);
+  } else {
+    return_body_ = std::move(text);
+    respond(code, return_body_, return_body_.empty() ? std::string_view() : loc_->default_type);
+  }
 }
 
 void HttpConnection::send_head() {
@@ -549,7 +570,16 @@ void HttpConnection::send_head() {
   h.append(head_.extra);
   if (loc_ != nullptr) {
     for (const config::AddHeader& a : loc_->add_header) {
-      if (a.always || add_header_status(status_)) absl::StrAppend(&h, a.name, ": ", a.value, "\r\n");
+      if (!a.always && !add_header_status(status_)) continue;
+      if (a.value_tpl == nullptr || !a.value_tpl->has_variables()) {
+        absl::StrAppend(&h, a.name, ": ", a.value, "\r\n");
+        continue;
+      }
+      // nginx: a header whose value expands to "" is not sent.
+      std::string value;
+      RequestVariables vars(*this, RequestVariables::Response{status_, 0, 0, 0}, *core_.reactor);
+      config::expand(*a.value_tpl, vars, value);
+      if (!value.empty()) absl::StrAppend(&h, a.name, ": ", value, "\r\n");
     }
   }
   h.append("\r\n");

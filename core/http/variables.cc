@@ -1,0 +1,165 @@
+#include "core/http/variables.hh"
+
+#include <time.h>
+#include <unistd.h>
+
+#include <cstdio>
+
+#include "absl/strings/str_cat.h"
+#include "core/reactor/reactor.hh"
+
+namespace kosoku::http {
+
+bool RequestVariables::get(config::VarId id, std::string_view suffix, std::string& out) const {
+  using config::VarId;
+  const Request& req = ex_.request();
+  switch (id) {
+    case VarId::kRemoteAddr:
+      out.append(ex_.remote_addr());
+      return true;
+    case VarId::kRemoteUser:
+      return false;
+    case VarId::kTimeLocal:
+    case VarId::kTimeIso8601: {
+      time_t t = r_.wall_time();
+      tm lt;
+      localtime_r(&t, &lt);
+      char buf[64];
+      long off = lt.tm_gmtoff / 60;
+      char sign = off < 0 ? '-' : '+';
+      if (off < 0) off = -off;
+      if (id == VarId::kTimeLocal) {
+        static const char* kMon[] = {"Jan", "Feb", "Mar", "Apr", "May", "Jun",
+                                     "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
+        snprintf(buf, sizeof(buf), "%02d/%s/%04d:%02d:%02d:%02d %c%02ld%02ld", lt.tm_mday, kMon[lt.tm_mon],
+                 lt.tm_year + 1900, lt.tm_hour, lt.tm_min, lt.tm_sec, sign, off / 60, off % 60);
+      } else {
+        snprintf(buf, sizeof(buf), "%04d-%02d-%02dT%02d:%02d:%02d%c%02ld:%02ld", lt.tm_year + 1900,
+                 lt.tm_mon + 1, lt.tm_mday, lt.tm_hour, lt.tm_min, lt.tm_sec, sign, off / 60, off % 60);
+      }
+      out.append(buf);
+      return true;
+    }
+    case VarId::kRequest:
+      if (req.method_text.empty()) return false;
+      absl::StrAppend(&out, req.method_text, " ", req.target, " HTTP/1.", req.version_minor);
+      return true;
+    case VarId::kRequestMethod:
+      out.append(req.method_text);
+      return !req.method_text.empty();
+    case VarId::kRequestUri:
+      out.append(req.target);
+      return !req.target.empty();
+    case VarId::kUri:
+      out.append(ex_.uri());
+      return true;
+    case VarId::kArgs:
+    case VarId::kQueryString:
+      out.append(ex_.args());
+      return true;
+    case VarId::kIsArgs:
+      if (req.has_query) out.push_back('?');
+      return true;
+    case VarId::kStatus:
+      absl::StrAppend(&out, absl::Dec(resp_.status, absl::kZeroPad3));
+      return true;
+    case VarId::kBodyBytesSent:
+      absl::StrAppend(&out, resp_.body_bytes_sent);
+      return true;
+    case VarId::kBytesSent:
+      absl::StrAppend(&out, resp_.bytes_sent);
+      return true;
+    case VarId::kHttp: {
+      for (const HeaderField& f : req.headers()) {
+        if (config::http_var_name_matches(f.name, suffix)) {
+          out.append(f.value);
+          return true;
+        }
+      }
+      return false;
+    }
+    case VarId::kSentHttp: {
+      ResponseHead& h = ex_.head();
+      if (suffix == "content_type" && !h.content_type.empty()) {
+        out.append(h.content_type);
+      } else if (suffix == "content_length" && h.content_length >= 0) {
+        absl::StrAppend(&out, h.content_length);
+      } else if (suffix == "etag" && !h.etag.empty()) {
+        out.append(h.etag);
+      } else if (suffix == "location" && !h.location.empty()) {
+        out.append(h.location);
+      } else {
+        return false;
+      }
+      return true;
+    }
+    case VarId::kHost:
+      if (!ex_.host().empty()) {
+        out.append(ex_.host());
+      } else if (!ex_.server().server_names.empty()) {
+        out.append(ex_.server().server_names[0]);
+      }
+      return true;
+    case VarId::kServerName:
+      if (!ex_.server().server_names.empty()) out.append(ex_.server().server_names[0]);
+      return true;
+    case VarId::kServerPort:
+      absl::StrAppend(&out, ex_.server_port());
+      return true;
+    case VarId::kServerProtocol:
+      if (req.method_text.empty()) return false;
+      absl::StrAppend(&out, "HTTP/1.", req.version_minor);
+      return true;
+    case VarId::kScheme:
+      out.append("http");
+      return true;
+    case VarId::kRequestTime:
+      absl::StrAppend(&out, resp_.request_time_ms / 1000, ".", absl::Dec(resp_.request_time_ms % 1000, absl::kZeroPad3));
+      return true;
+    case VarId::kRequestLength:
+      absl::StrAppend(&out, ex_.request_length());
+      return true;
+    case VarId::kMsec: {
+      timespec ts;
+      clock_gettime(CLOCK_REALTIME, &ts);
+      absl::StrAppend(&out, ts.tv_sec, ".", absl::Dec(ts.tv_nsec / 1000000, absl::kZeroPad3));
+      return true;
+    }
+    case VarId::kConnection:
+      absl::StrAppend(&out, ex_.connection_id());
+      return true;
+    case VarId::kConnectionRequests:
+      absl::StrAppend(&out, ex_.connection_requests());
+      return true;
+    case VarId::kUpstreamCacheStatus:
+      return false;  // set by the proxy cache (not in this build's request path yet)
+    case VarId::kDocumentRoot:
+    case VarId::kRealpathRoot:
+      out.append(ex_.location().root);
+      return true;
+    case VarId::kContentType:
+      if (const HeaderField* f = req.find(HeaderToken::kContentType)) {
+        out.append(f->value);
+        return true;
+      }
+      return false;
+    case VarId::kContentLength:
+      if (req.content_length.has_value()) {
+        absl::StrAppend(&out, *req.content_length);
+        return true;
+      }
+      return false;
+    case VarId::kPid:
+      absl::StrAppend(&out, getpid());
+      return true;
+    case VarId::kHostname: {
+      char h[256] = {};
+      gethostname(h, sizeof(h) - 1);
+      out.append(h);
+      return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace kosoku::http
