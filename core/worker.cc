@@ -26,12 +26,13 @@ namespace {
 // Periodic per-core housekeeping: open_file_cache expiry, access-log flushes, shutdown.
 class Housekeeping final : public reactor::Poller, public reactor::Timer {
  public:
-  Housekeeping(reactor::Reactor& r, std::atomic<bool>& stop, std::atomic<uint64_t>& drain_ms, net::Stack& stack,
+  Housekeeping(reactor::Reactor& r, stats::CoreStats& stats, std::atomic<bool>& stop, std::atomic<uint64_t>& drain_ms, net::Stack& stack,
                http::HttpServer& server, disk::OpenFileCache& ofc, http::AccessLogger& logs)
-      : r_(r), stop_(stop), drain_ms_(drain_ms), stack_(stack), server_(server), ofc_(ofc), logs_(logs) {
+      : r_(r), stats_(stats), stop_(stop), drain_ms_(drain_ms), stack_(stack), server_(server), ofc_(ofc), logs_(logs) {
     r_.timers().arm(*this, r_.now_ms() + 1000);
   }
   bool poll() override {
+    stats_.loop_iterations = r_.iterations();
     if (stop_.load(std::memory_order_relaxed)) {
       if (!stopping_) {
         stopping_ = true;
@@ -54,6 +55,7 @@ class Housekeeping final : public reactor::Poller, public reactor::Timer {
 
  private:
   reactor::Reactor& r_;
+  stats::CoreStats& stats_;
   std::atomic<bool>& stop_;
   std::atomic<uint64_t>& drain_ms_;
   net::Stack& stack_;
@@ -151,8 +153,9 @@ void Worker::run() {
       state_.store(rc);
       return;
     }
-    Housekeeping hk(reactor, stop_requested_, drain_ms_, stack, server, ofc, logs);
+    Housekeeping hk(reactor, stats_, stop_requested_, drain_ms_, stack, server, ofc, logs);
     reactor.add_poller(&hk);
+    reactor.add_poller(&logs);
     reactor_.store(&reactor);
     state_.store(1);
     reactor.run();

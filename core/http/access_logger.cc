@@ -59,8 +59,20 @@ void AccessLogger::log(const config::LocationConf& loc, Exchange& ex, int status
     config::expand(*f->second, vars, line_);
     line_.push_back('\n');
     auto file = files_.find(a.path);
-    if (file != files_.end()) file->second->append(line_);
+    if (file != files_.end()) {
+      file->second->append(line_);
+      dirty_ = true;
+    }
   }
+}
+
+bool AccessLogger::poll() {
+  if (!dirty_) return false;
+  dirty_ = false;
+  for (auto& [path, f] : files_) {
+    if (f->buffered_bytes() > 0) f->flush();
+  }
+  return false;
 }
 
 void AccessLogger::tick(uint64_t now_ms) {

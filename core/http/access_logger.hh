@@ -1,6 +1,7 @@
-// access_log / log_format for one core: compiles every log_format once, expands it with the finished
-// request's variables and appends the line to the core's AccessLogFile for that path (buffered, written
-// through io_uring; see access_log.hh). `access_log off` (no entries) costs nothing.
+// access_log / log_format for one core: expands the (pre-compiled) log_format with the finished request's
+// variables and appends the line to the core's AccessLogFile for that path. Lines of one loop iteration are
+// written together, through io_uring, at the end of the iteration (nginx writes each line at once; this
+// keeps that promptness with one write per iteration). `access_log off` (no entries) costs nothing.
 #pragma once
 
 #include <memory>
@@ -14,7 +15,7 @@
 
 namespace kosoku::http {
 
-class AccessLogger final : public AccessLogSink {
+class AccessLogger final : public AccessLogSink, public reactor::Poller {
  public:
   AccessLogger(reactor::Reactor& reactor, const config::MainConf& conf, std::string prefix);
   /// Opens every access_log path of every location (relative paths resolve against the prefix).
@@ -22,8 +23,10 @@ class AccessLogger final : public AccessLogSink {
   int open(std::string* err);
   void log(const config::LocationConf& loc, Exchange& ex, int status, uint64_t bytes_sent,
            uint64_t body_bytes_sent, uint64_t request_time_ms) override;
-  /// Called about once a second: flushes buffers that are due, reopens files after SIGUSR1.
+  /// Called about once a second: reopens files after SIGUSR1.
   void tick(uint64_t now_ms);
+  /// Poller: starts the write of what this iteration logged.
+  bool poll() override;
   /// Writes everything buffered (shutdown).
   void flush_sync();
 
@@ -38,6 +41,7 @@ class AccessLogger final : public AccessLogSink {
   absl::flat_hash_map<std::string, std::unique_ptr<AccessLogFile>> files_;
   uint64_t reopen_generation_ = 0;
   std::string line_;
+  bool dirty_ = false;
 };
 
 }  // namespace kosoku::http
