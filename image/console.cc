@@ -38,6 +38,9 @@ namespace {
 constexpr int kWriteStallMs = 5000;
 constexpr size_t kDefaultLogLines = 20;
 
+constexpr std::string_view kBuiltins[] = {"help", "?", "stats", "cores", "conns", "disk", "config", "log",
+                                          "uptime", "version", "poweroff", "halt", "reboot"};
+
 constexpr std::string_view kHelp =
     "commands:\n"
     "  help               this list\n"
@@ -147,6 +150,20 @@ Console::Console(const config::MainConf& conf, CoreStatsSource cores)
     : conf_(conf), cores_(std::move(cores)), power_action_([](bool reboot) { power_off(reboot); }) {}
 
 Console::~Console() { stop(); }
+
+bool Console::add_command(std::string name, std::string help,
+                          std::function<std::string(std::string_view line)> handler) {
+  name = absl::AsciiStrToLower(name);
+  if (thread_.joinable() || name.empty() || !handler) return false;
+  for (std::string_view b : kBuiltins) {
+    if (b == name) return false;
+  }
+  for (const Extra& e : extra_) {
+    if (e.name == name) return false;
+  }
+  extra_.push_back({std::move(name), std::move(help), std::move(handler)});
+  return true;
+}
 
 std::string Console::start(const std::string& device, uint32_t baud) {
   const int fd = ::open(device.c_str(), O_RDWR | O_NOCTTY | O_NONBLOCK | O_CLOEXEC);
@@ -259,7 +276,14 @@ std::string Console::execute(std::string_view line, int* power) {
   if (words.empty()) return "";
   const std::string cmd = absl::AsciiStrToLower(words[0]);
   const std::string arg = words.size() > 1 ? absl::AsciiStrToLower(words[1]) : "";
-  if (cmd == "help" || cmd == "?") return std::string(kHelp);
+  if (cmd == "help" || cmd == "?") {
+    std::string out(kHelp);
+    for (const Extra& e : extra_) absl::StrAppend(&out, "\n  ", absl::StrFormat("%-18s %s", e.name, e.help));
+    return out;
+  }
+  for (const Extra& e : extra_) {
+    if (e.name == cmd) return e.handler(line);
+  }
 
   const bool needs_stats = cmd == "stats" || cmd == "cores" || cmd == "conns" || cmd == "disk" || cmd == "uptime";
   std::vector<const stats::CoreStats*> cores;

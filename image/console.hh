@@ -15,6 +15,7 @@
 //   uptime               time since boot, since the loops started, and how long PID 1's init took
 //   version              kosoku version and build options, kernel release, NIC mode, CPUs
 //   poweroff | reboot    clean stop (pid1.hh power_off): sync, unmount the data disk, power off / reboot
+//   ...                  commands added by other subsystems with add_command() (e.g. `rules`)
 //
 // Line discipline (the tty is in raw mode, so the kernel does no editing or echo): a line ends at CR or LF
 // (CR LF counts once). Echo follows the terminal: a raw terminal (QEMU's stdio, screen, minicom, `socat
@@ -72,6 +73,12 @@ class Console {
   Console(const Console&) = delete;
   Console& operator=(const Console&) = delete;
 
+  /// Adds a command served by another subsystem, e.g. `rules` (core/rules/console.hh): a line whose first
+  /// word is `name` is passed whole to `handler`, whose return value is printed. `help` is one line for the
+  /// `help` list ("rules get|set|del|count ..."). Call before start(); a built-in name cannot be replaced.
+  /// Returns false if the name is taken.
+  bool add_command(std::string name, std::string help, std::function<std::string(std::string_view line)> handler);
+
   /// What `poweroff` (reboot=false) and `reboot` (true) do after printing their reply; default
   /// appliance::power_off. main() may pass a function that stops the loops first.
   void set_power_action(std::function<void(bool reboot)> action) { power_action_ = std::move(action); }
@@ -101,6 +108,12 @@ class Console {
   const config::MainConf& conf_;
   CoreStatsSource cores_;
   std::function<void(bool)> power_action_;
+  struct Extra {
+    std::string name;
+    std::string help;
+    std::function<std::string(std::string_view)> handler;
+  };
+  std::vector<Extra> extra_;  // fixed once start() ran: the console thread reads it without a lock
   int fd_ = -1;
   int wake_fd_ = -1;  // eventfd: stop() wakes the thread's poll()
   std::atomic<bool> stop_{false};

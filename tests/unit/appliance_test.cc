@@ -372,6 +372,21 @@ TEST_F(ConsoleCommands, LogVersionUptimeHelpUnknownPower) {
   EXPECT_EQ(power, 2);
 }
 
+TEST_F(ConsoleCommands, AddedCommandsGetTheWholeLineAndAppearInHelp) {
+  Console c = make();
+  std::string seen;
+  EXPECT_TRUE(c.add_command("rules", "rules get|set|del|count ...", [&](std::string_view line) {
+    seen = std::string(line);
+    return std::string("3 hosts\n");
+  }));
+  EXPECT_FALSE(c.add_command("stats", "no", [](std::string_view) { return std::string(); }));  // built-in
+  EXPECT_FALSE(c.add_command("RULES", "again", [](std::string_view) { return std::string(); }));
+  EXPECT_EQ(c.execute("Rules count  "), "3 hosts\n");
+  EXPECT_EQ(seen, "Rules count  ");
+  EXPECT_NE(c.execute("help").find("\n  rules              rules get|set|del|count ..."), std::string::npos)
+      << c.execute("help");
+}
+
 // The console thread over a socketpair: the same bytes a QEMU socket chardev carries.
 TEST_F(ConsoleCommands, ThreadServesLinesAndPowerAction) {
   int sv[2];
