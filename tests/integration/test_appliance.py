@@ -111,6 +111,11 @@ def built_image(tmp_path_factory):
         pytest.skip(why)
     kosoku = kosoku_bin()
     assert kosoku.is_file(), f"{kosoku} not found: run `make build` (or set APPLIANCE_KOSOKU_BIN)"
+    # image/pid1.cc is linked in only when main() calls it: without it the image would panic at boot and
+    # every test below would wait for its full timeout.
+    if b"PID 1 on Linux " not in kosoku.read_bytes():
+        pytest.fail(f"{kosoku} has no appliance PID-1 support: core/main.cc must call image/pid1.hh "
+                    "(is_pid1, early_init, init_system, fatal, power_off) and start image/console.hh", pytrace=False)
     base = tmp_path_factory.mktemp("appliance")
     site = base / "site"
     (site / "sub").mkdir(parents=True)
