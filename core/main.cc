@@ -8,6 +8,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstring>
 #include <iostream>
@@ -21,6 +22,8 @@
 #include "core/config/loader.hh"
 #include "core/disk/disk_queue.hh"
 #include "core/worker.hh"
+#include "image/console.hh"
+#include "image/pid1.hh"
 
 #ifdef KOSOKU_MIMALLOC
 #include <mimalloc.h>
@@ -29,6 +32,10 @@
 namespace {
 
 constexpr uint64_t kDrainMs = 10000;
+
+// Set by the serial console's poweroff (1) / reboot (2) before it raises SIGTERM: PID 1 drains the loops,
+// then powers off or reboots.
+std::atomic<int> g_power_request{0};
 
 void usage(FILE* out) {
   std::fprintf(out,
@@ -96,11 +103,22 @@ int main(int argc, char** argv) {
 
   if (test_only) return kosoku::config::test_config(conf_path, std::cout, std::cerr);
 
+  // As PID 1 of the appliance, kosoku is also init (image/pid1.hh): it mounts the basics first and reads
+  // only the configuration flashed into the image.
+  namespace appliance = kosoku::appliance;
+  const bool pid1 = appliance::is_pid1();
+  if (pid1) {
+    appliance::early_init();
+    conf_path = appliance::kFlashedConfigPath;
+  }
+
   kosoku::config::LoadResult loaded = kosoku::config::load(conf_path);
   if (!loaded.conf) {
+    if (pid1) appliance::fatal(loaded.error.message);
     std::fprintf(stderr, "kosoku: [emerg] %s\n", loaded.error.message.c_str());
     return 1;
   }
+  for (const std::string& w : loaded.warnings) std::fprintf(stderr, "kosoku: [warn] %s\n", w.c_str());
   const kosoku::config::MainConf& conf = *loaded.conf;
   if (prefix.empty()) prefix = dir_of(conf_path);
   if (prefix.back() != '/') prefix.push_back('/');
@@ -126,6 +144,8 @@ int main(int argc, char** argv) {
                  std::strerror(errno));
     }
   }
+
+  if (pid1) appliance::init_system(conf.appliance);
 
   // Signals are taken synchronously by this thread (sigwait); the loops never see them.
   sigset_t sigs;
@@ -155,8 +175,20 @@ int main(int argc, char** argv) {
       KOSOKU_LOG(kEmerg, "%s", err);
       for (auto& o : workers) o->request_stop(0);
       for (auto& o : workers) o->join();
+      if (pid1) appliance::fatal(err);
       return 1;
     }
+  }
+
+  // The serial console of the appliance (image/console.hh): a thread of its own that only reads counters.
+  kosoku::appliance::Console console(conf, [&all_stats] { return all_stats; });
+  if (pid1) {
+    console.set_power_action([](bool reboot) {
+      g_power_request.store(reboot ? 2 : 1);
+      kill(getpid(), SIGTERM);
+    });
+    std::string cerr = console.start("/dev/" + conf.appliance.console, conf.appliance.console_baud);
+    if (!cerr.empty()) KOSOKU_LOG(kError, "serial console: %s", cerr);
   }
   KOSOKU_LOG(kNotice, "kosoku/%s started: %d worker(s), configuration \"%s\"", KOSOKU_VERSION, n, conf_path);
 
@@ -175,10 +207,15 @@ int main(int argc, char** argv) {
       continue;
     }
     KOSOKU_LOG(kNotice, "signal %d received, shutting down gracefully", sig);
+    if (pid1 && sig == SIGINT && g_power_request.load() == 0) g_power_request.store(2);  // Ctrl-Alt-Del
     break;
   }
-  for (auto& w : workers) w->request_stop(kDrainMs);
+  for (auto& w : workers) w->request_stop(pid1 ? 2000 : kDrainMs);
   for (auto& w : workers) w->join();
   KOSOKU_LOG(kNotice, "exit");
+  if (pid1) {
+    console.stop();
+    appliance::power_off(g_power_request.load() == 2);  // PID 1 never returns from main
+  }
   return 0;
 }
