@@ -1,0 +1,29 @@
+// What the TCP/IP stack needs from the link below it: a place to build an outgoing Ethernet frame and a way
+// to send it. Implemented by the DPDK TX queue (kernel-bypass/dpdk/, the buffer is an mbuf's data room) and
+// by the in-memory pipe of the unit tests. Incoming frames are pushed up with Interface::receive_frame().
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+#include "kernel-bypass/tcpip/ipv4_addr.hh"
+
+namespace kosoku::tcpip {
+
+class PacketIO {
+ public:
+  /// A writable buffer for one frame of up to `max_len` bytes, valid until frame_send() or the next
+  /// frame_begin(). An empty span means no buffer is available (the caller counts a TX drop).
+  virtual std::span<uint8_t> frame_begin(size_t max_len) = 0;
+  /// Sends the first `len` bytes of the buffer returned by the last frame_begin().
+  virtual void frame_send(size_t len) = 0;
+  /// The link's own address and MTU (bytes of IP packet per frame, 1500 on Ethernet).
+  virtual MacAddr mac() const = 0;
+  virtual uint16_t mtu() const = 0;
+
+ protected:
+  ~PacketIO() = default;
+};
+
+}  // namespace kosoku::tcpip
