@@ -16,6 +16,7 @@
 #include "core/http/access_logger.hh"
 #include "core/http/connection.hh"
 #include "core/net/kernel_stack.hh"
+#include "core/proxy/proxy_handler.hh"
 #include "core/reactor/reactor.hh"
 #include "core/static/static_handler.hh"
 
@@ -141,6 +142,7 @@ void Worker::run() {
     ctx.stack = &stack;
     static_files::StaticHandler static_handler;
     http::HttpServer server(ctx, static_handler);
+    proxy::ProxyModule proxy_module(server);  // proxy_pass locations; per-core upstream groups
     http::AccessLogger logs(reactor, conf_, prefix_);
     int rc = logs.open(&error_);
     if (rc < 0) {

@@ -118,6 +118,10 @@ class Builder {
 /// (config/finalize.cc). False with b.error set.
 bool finalize(Builder& b);
 
+/// The proxy part of finalize (config/directives_proxy.cc): resolves proxy_pass names to upstream groups
+/// (implicit ones for addresses), builds each location's effective proxy headers and hidden fields.
+bool finalize_proxy(Builder& b);
+
 /// Groups every server's `listen` into MainConf::http.listen_sockets and builds each socket's server-name
 /// index (config/listen.cc). Runs after the servers are final (their addresses no longer move).
 bool group_listen_sockets(Builder& b);

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "core/proxy/proxy_conf.hh"
 
 namespace re2 {
 class RE2;
@@ -152,6 +153,7 @@ struct LocationConf {
   std::string aio_queue = "default";          // a DiskQueueConf name
   OpenFileCacheConf open_file_cache;
   bool status = false;                        // `status;`: this location serves the stats page
+  proxy::ProxyLocationConf proxy;             // proxy_pass and proxy_* (proxy/proxy_conf.hh)
 
   std::vector<LocationConf> locations;        // nested locations, in file order
   LocationIndex nested_index;                 // over `locations` (built by the loader)
@@ -217,6 +219,7 @@ struct HttpConf {
   std::vector<std::unique_ptr<ServerConf>> servers;
   std::vector<ListenSocket> listen_sockets;   // grouped by address
   std::vector<LogFormatConf> log_formats;     // always contains "combined"
+  proxy::ProxyHttpConf proxy;                 // upstream blocks (proxy/proxy_conf.hh)
 };
 
 /// `appliance { ... }` (main): settings used only when kosoku runs as PID 1 of the appliance image

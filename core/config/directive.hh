@@ -80,6 +80,7 @@ std::span<const DirectiveSpec> core_directives();
 std::span<const DirectiveSpec> http_directives();
 std::span<const DirectiveSpec> http_server_directives();
 std::span<const DirectiveSpec> appliance_directives();
+std::span<const DirectiveSpec> proxy_directives();  // directives_proxy.cc
 
 // ---- typed setters and merge functions ----
 

@@ -165,6 +165,7 @@ bool finalize(Builder& b) {
     build_index(srv.locations, &srv.location_index);
     m.http.servers.push_back(std::move(node->conf));
   }
+  if (!finalize_proxy(b)) return false;
   return group_listen_sockets(b);
 }
 

@@ -48,6 +48,9 @@ constexpr VarName kVars[] = {
     {"is_args", VarId::kIsArgs},
     {"pid", VarId::kPid},
     {"hostname", VarId::kHostname},
+    {"proxy_host", VarId::kProxyHost},
+    {"proxy_port", VarId::kProxyPort},
+    {"proxy_add_x_forwarded_for", VarId::kProxyAddXForwardedFor},
 };
 
 bool is_name_char(char c) {

@@ -11,6 +11,7 @@
 //   $server_port $server_protocol $scheme $request_time $request_length $msec $connection
 //   $connection_requests $upstream_cache_status $document_root $realpath_root $content_type
 //   $content_length $is_args $pid $hostname
+//   $proxy_host $proxy_port $proxy_add_x_forwarded_for (set only while proxying)
 // Names are case-insensitive (nginx hashes them lower-cased). `$http_NAME` / `$sent_http_NAME` carry NAME
 // (lower-cased, as written, e.g. "user_agent") as the suffix; http_var_name_matches() compares it with a
 // header field name the nginx way ('-' and '_' equal, case-insensitive).
@@ -59,6 +60,10 @@ enum class VarId : uint8_t {
   kIsArgs,
   kPid,
   kHostname,
+  // ngx_http_proxy_module (proxy/proxy_handler.cc expands them; elsewhere they are not set)
+  kProxyHost,              // $proxy_host: proxy_pass host[:port] or upstream name
+  kProxyPort,              // $proxy_port
+  kProxyAddXForwardedFor,  // $proxy_add_x_forwarded_for: X-Forwarded-For + ", " + $remote_addr
 };
 
 /// The variable's nginx name without `$` ("remote_addr"; "http_" / "sent_http_" for the prefixed ones).

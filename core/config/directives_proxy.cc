@@ -1,0 +1,528 @@
+// Reverse-proxy directives: nginx's ngx_http_upstream_module (`upstream { server; keepalive; hash; }`) and
+// ngx_http_proxy_module (`proxy_pass`, `proxy_set_header`, timeouts, `proxy_next_upstream`, ...), filling
+// proxy/proxy_conf.hh. Defaults and inheritance are nginx's: every proxy_* directive is inherited from the
+// enclosing block when a block does not set it (lists as a whole), except `proxy_pass`, which acts only in
+// the location where it is written.
+//
+// Addresses: `server` and `proxy_pass` take numeric IPv4/IPv6 addresses or `localhost` (127.0.0.1), with an
+// optional port (default 80). kosoku resolves no other names (no DNS at load or at run time): such a name is
+// the error nginx gives for an unresolvable one, `host not found in upstream "NAME"`.
+//
+// The `upstream` block's body is read by its own setter (its `server` is not the http-level `server` block,
+// so it cannot go through the shared directive registry). Names in `proxy_pass` are resolved once the whole
+// file is read (finalize_proxy, called by config/finalize.cc), because nginx allows an upstream block to
+// follow the locations that use it; a `proxy_pass http://ADDR:PORT` without a block gets an implicit group of
+// one server, shared by every proxy_pass naming the same address (nginx's ngx_http_upstream_add).
+#include <arpa/inet.h>
+
+#include <cstring>
+#include <memory>
+#include <string>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "core/config/build.hh"
+#include "core/config/directive.hh"
+#include "core/config/values.hh"
+#include "core/config/variables.hh"
+
+namespace kosoku::config {
+
+namespace {
+
+using proxy::ProxyLocationConf;
+using proxy::ProxySetHeader;
+using proxy::UpstreamConf;
+using proxy::UpstreamServerConf;
+
+// Parses `ADDR[:PORT]`, `[V6][:PORT]` or `localhost[:PORT]` (port default 80). False with *err.
+bool parse_upstream_address(std::string_view s, sockaddr_storage* addr, socklen_t* len, std::string* err) {
+  std::string_view host = s;
+  std::string_view port;
+  if (!s.empty() && s[0] == '[') {
+    size_t close = s.find(']');
+    if (close == std::string_view::npos) {
+      *err = "invalid IPv6 address";
+      return false;
+    }
+    host = s.substr(1, close - 1);
+    std::string_view rest = s.substr(close + 1);
+    if (!rest.empty()) {
+      if (rest[0] != ':') {
+        *err = "invalid host";
+        return false;
+      }
+      port = rest.substr(1);
+      if (port.empty()) {
+        *err = "invalid port";
+        return false;
+      }
+    }
+  } else {
+    size_t colon = s.rfind(':');
+    if (colon != std::string_view::npos) {
+      if (s.find(':') != colon) {
+        *err = "invalid host";  // an IPv6 address must be bracketed
+        return false;
+      }
+      host = s.substr(0, colon);
+      port = s.substr(colon + 1);
+      if (port.empty()) {
+        *err = "invalid port";
+        return false;
+      }
+    }
+  }
+  uint16_t p = 80;
+  if (!port.empty()) {
+    auto v = parse_number(port, 65535);
+    if (!v || *v == 0) {
+      *err = "invalid port";
+      return false;
+    }
+    p = static_cast<uint16_t>(*v);
+  }
+  std::memset(addr, 0, sizeof(*addr));
+  std::string h(host);
+  if (absl::EqualsIgnoreCase(h, "localhost")) h = "127.0.0.1";
+  auto* in4 = reinterpret_cast<sockaddr_in*>(addr);
+  auto* in6 = reinterpret_cast<sockaddr_in6*>(addr);
+  if (inet_pton(AF_INET, h.c_str(), &in4->sin_addr) == 1) {
+    in4->sin_family = AF_INET;
+    in4->sin_port = htons(p);
+    *len = sizeof(sockaddr_in);
+    return true;
+  }
+  if (inet_pton(AF_INET6, h.c_str(), &in6->sin6_addr) == 1) {
+    in6->sin6_family = AF_INET6;
+    in6->sin6_port = htons(p);
+    *len = sizeof(sockaddr_in6);
+    return true;
+  }
+  *err = "host not found";
+  return false;
+}
+
+std::shared_ptr<const Template> compile_value(Builder& b, const Arg& a) {
+  std::string err;
+  Template t = compile(a.value, a.loc, &err);
+  if (!err.empty()) {
+    if (b.error.empty()) b.error = err;
+    return nullptr;
+  }
+  return std::make_shared<const Template>(std::move(t));
+}
+
+// `server ADDRESS [weight=N] [max_fails=N] [fail_timeout=TIME] [backup] [down];`
+bool upstream_server(Builder& b, UpstreamConf& up, const Directive& d) {
+  if (d.args.empty()) return b.fail(d.loc, "invalid number of arguments in \"server\" directive");
+  UpstreamServerConf srv;
+  srv.name = d.args[0].value;
+  std::string err;
+  if (srv.name.rfind("unix:", 0) == 0) {
+    return b.fail(d.args[0].loc, absl::StrCat("unix domain sockets are not supported in upstream ", quoted(up.name)));
+  }
+  if (!parse_upstream_address(srv.name, &srv.addr, &srv.addr_len, &err)) {
+    if (err == "host not found") {
+      return b.fail(d.args[0].loc, absl::StrCat("host not found in upstream ", quoted(srv.name),
+                                                " (kosoku resolves only numeric addresses and localhost)"));
+    }
+    return b.fail(d.args[0].loc, absl::StrCat(err, " in upstream ", quoted(srv.name)));
+  }
+  srv.addr_text = format_sockaddr(srv.addr);
+  for (size_t i = 1; i < d.args.size(); ++i) {
+    std::string_view v = d.args[i].value;
+    bool ok = true;
+    if (v.rfind("weight=", 0) == 0) {
+      auto n = parse_number(v.substr(7), 1000000);
+      ok = n && *n > 0;
+      if (ok) srv.weight = static_cast<uint32_t>(*n);
+    } else if (v.rfind("max_fails=", 0) == 0) {
+      auto n = parse_number(v.substr(10), 1000000);
+      ok = n.has_value();
+      if (ok) srv.max_fails = static_cast<uint32_t>(*n);
+    } else if (v.rfind("fail_timeout=", 0) == 0) {
+      auto t = parse_time_sec(v.substr(13));
+      ok = t.has_value();
+      if (ok) srv.fail_timeout_ms = *t * 1000;
+    } else if (v == "backup") {
+      srv.backup = true;
+    } else if (v == "down") {
+      srv.down = true;
+    } else {
+      ok = false;
+    }
+    if (!ok) return b.fail(d.args[i].loc, absl::StrCat("invalid parameter ", quoted(v)));
+  }
+  up.servers.push_back(std::move(srv));
+  return true;
+}
+
+// `upstream NAME { server ...; keepalive N; keepalive_timeout T; keepalive_requests N; hash KEY [consistent]; }`
+bool set_upstream(Builder& b, Scope& s, const Directive& d) {
+  auto up = std::make_unique<UpstreamConf>();
+  up->name = d.args[0].value;
+  up->file = d.loc.file;
+  up->line = d.loc.line;
+  if (up->name.empty() || up->name.find_first_of("/:$ ") != std::string::npos) return fail_invalid_value(b, d, 0);
+  for (const auto& other : s.main->http.proxy.upstreams) {
+    if (other->name == up->name) return b.fail(d.args[0].loc, absl::StrCat("duplicate upstream ", quoted(up->name)));
+  }
+  Seen seen;
+  for (const Directive& c : d.children) {
+    if (c.block) return b.fail(c.loc, absl::StrCat("directive ", quoted(c.name), " is not terminated by \";\""));
+    if (c.name != "server" && seen.has(c.name)) return b.fail(c.loc, absl::StrCat(quoted(c.name), " directive is duplicate"));
+    seen.mark(c.name, c.name);
+    auto nargs = [&](size_t lo, size_t hi) {
+      if (c.args.size() < lo || c.args.size() > hi) {
+        b.fail(c.loc, absl::StrCat("invalid number of arguments in ", quoted(c.name), " directive"));
+        return false;
+      }
+      return true;
+    };
+    if (c.name == "server") {
+      if (!upstream_server(b, *up, c)) return false;
+    } else if (c.name == "keepalive") {
+      if (!nargs(1, 1)) return false;
+      auto n = parse_number(c.args[0].value);
+      if (!n || *n == 0) return fail_invalid_value(b, c, 0);
+      up->keepalive = static_cast<uint32_t>(*n);
+    } else if (c.name == "keepalive_timeout") {
+      if (!nargs(1, 1)) return false;
+      auto t = parse_time_ms(c.args[0].value);
+      if (!t) return fail_invalid_value(b, c, 0);
+      up->keepalive_timeout_ms = *t;
+    } else if (c.name == "keepalive_requests") {
+      if (!nargs(1, 1)) return false;
+      auto n = parse_number(c.args[0].value);
+      if (!n || *n == 0) return fail_invalid_value(b, c, 0);
+      up->keepalive_requests = static_cast<uint32_t>(*n);
+    } else if (c.name == "hash") {
+      if (!nargs(1, 2)) return false;
+      if (c.args.size() == 2 && c.args[1].value != "consistent") {
+        return b.fail(c.args[1].loc, absl::StrCat("invalid parameter ", quoted(c.args[1].value)));
+      }
+      up->hash_key = compile_value(b, c.args[0]);
+      if (!up->hash_key) return false;
+      up->hash_key_text = c.args[0].value;
+      up->hash_consistent = c.args.size() == 2;
+    } else {
+      return b.fail(c.loc, absl::StrCat("unknown directive ", quoted(c.name), " in upstream ", quoted(up->name)));
+    }
+  }
+  if (up->servers.empty()) return b.fail(d.loc, absl::StrCat("no servers are inside upstream ", quoted(up->name)));
+  if (up->hash_key) {
+    for (const UpstreamServerConf& srv : up->servers) {
+      if (srv.backup) {
+        return b.fail(d.loc, absl::StrCat("\"backup\" servers are not supported with \"hash\" in upstream ",
+                                          quoted(up->name), " (nginx: the hash method does not use them)"));
+      }
+    }
+  }
+  s.main->http.proxy.upstreams.push_back(std::move(up));
+  return true;
+}
+
+// `proxy_pass http://NAME[:PORT][/URI];`
+bool set_proxy_pass(Builder& b, Scope& s, const Directive& d) {
+  ProxyLocationConf& p = s.loc->proxy;
+  std::string_view url = d.args[0].value;
+  if (absl::StartsWithIgnoreCase(url, "https://")) {
+    return b.fail(d.args[0].loc, "https protocol requires SSL support");
+  }
+  if (!absl::StartsWithIgnoreCase(url, "http://")) return b.fail(d.args[0].loc, "invalid URL prefix in \"proxy_pass\"");
+  if (url.find('$') != std::string_view::npos) {
+    return b.fail(d.args[0].loc, "variables in \"proxy_pass\" are not supported");
+  }
+  std::string_view rest = url.substr(7);
+  size_t slash = rest.find('/');
+  std::string_view authority = rest.substr(0, slash);
+  if (authority.empty() || authority.find('@') != std::string_view::npos) {
+    return b.fail(d.args[0].loc, "no host in \"proxy_pass\"");
+  }
+  p.pass = true;
+  p.pass_url = url;
+  p.pass_file = d.args[0].loc.file;
+  p.pass_line = d.args[0].loc.line;
+  p.pass_col = d.args[0].loc.col;
+  p.pass_has_uri = slash != std::string_view::npos;
+  p.pass_uri = p.pass_has_uri ? std::string(rest.substr(slash)) : std::string();
+  // Host and port: "[v6]:port", "name:port", "name".
+  std::string_view host = authority;
+  std::string_view port;
+  if (authority[0] == '[') {
+    size_t close = authority.find(']');
+    if (close == std::string_view::npos) return b.fail(d.args[0].loc, "invalid host in \"proxy_pass\"");
+    host = authority.substr(0, close + 1);
+    if (close + 1 < authority.size()) {
+      if (authority[close + 1] != ':') return b.fail(d.args[0].loc, "invalid host in \"proxy_pass\"");
+      port = authority.substr(close + 2);
+    }
+  } else if (size_t colon = authority.rfind(':'); colon != std::string_view::npos) {
+    host = authority.substr(0, colon);
+    port = authority.substr(colon + 1);
+  }
+  p.pass_host = host;
+  p.pass_port = 0;
+  if (!port.empty() || authority.back() == ':') {
+    auto v = parse_number(port, 65535);
+    if (!v || *v == 0) return b.fail(d.args[0].loc, "invalid port in \"proxy_pass\"");
+    p.pass_port = static_cast<uint16_t>(*v);
+  }
+  p.proxy_port = p.pass_port ? p.pass_port : 80;
+  p.proxy_host = p.pass_port && p.pass_port != 80 ? absl::StrCat(host, ":", p.pass_port) : std::string(host);
+  using Match = LocationConf::Match;
+  if (p.pass_has_uri && (s.loc->match == Match::kRegex || s.loc->match == Match::kRegexCaseless)) {
+    return b.fail(d.loc,
+                  "\"proxy_pass\" cannot have URI part in location given by regular expression, or inside named "
+                  "location, or inside \"if\" statement, or inside \"limit_except\" block");
+  }
+  return true;
+}
+
+// `proxy_set_header NAME VALUE;`
+bool set_proxy_set_header(Builder& b, Scope& s, const Directive& d) {
+  ProxySetHeader h;
+  h.name = d.args[0].value;
+  if (h.name.empty() || h.name.find_first_of(" \t\r\n:") != std::string::npos) return fail_invalid_value(b, d, 0);
+  h.value = d.args[1].value;
+  if (h.value.find_first_of("\r\n") != std::string::npos) return fail_invalid_value(b, d, 1);
+  h.value_tpl = compile_value(b, d.args[1]);
+  if (!h.value_tpl) return false;
+  s.loc->proxy.set_header.push_back(std::move(h));
+  return true;
+}
+
+bool set_proxy_http_version(Builder& b, Scope& s, const Directive& d) {
+  const std::string& v = d.args[0].value;
+  if (v == "1.0") {
+    s.loc->proxy.http_version_minor = 0;
+  } else if (v == "1.1") {
+    s.loc->proxy.http_version_minor = 1;
+  } else {
+    return fail_invalid_value(b, d, 0);
+  }
+  return true;
+}
+
+// `proxy_next_upstream error | timeout | invalid_header | http_500 | ... | non_idempotent | off ...;`
+bool set_proxy_next_upstream(Builder& b, Scope& s, const Directive& d) {
+  uint32_t mask = 0;
+  bool off = false;
+  for (size_t i = 0; i < d.args.size(); ++i) {
+    const std::string& v = d.args[i].value;
+    static constexpr std::pair<std::string_view, uint32_t> kNames[] = {
+        {"error", proxy::kNextError},       {"timeout", proxy::kNextTimeout},
+        {"invalid_header", proxy::kNextInvalidHeader},
+        {"http_500", proxy::kNextHttp500},  {"http_502", proxy::kNextHttp502},
+        {"http_503", proxy::kNextHttp503},  {"http_504", proxy::kNextHttp504},
+        {"http_403", proxy::kNextHttp403},  {"http_404", proxy::kNextHttp404},
+        {"http_429", proxy::kNextHttp429},  {"non_idempotent", proxy::kNextNonIdempotent},
+        {"updating", 0},  // meaningful with proxy_cache_use_stale only
+    };
+    bool found = false;
+    for (const auto& [name, bit] : kNames) {
+      if (v == name) {
+        mask |= bit;
+        found = true;
+      }
+    }
+    if (v == "off") {
+      off = true;
+      found = true;
+    }
+    if (!found) return fail_invalid_value(b, d, i);
+  }
+  if (off && d.args.size() > 1) return fail_invalid_value(b, d, 0);
+  s.loc->proxy.next_upstream = off ? 0 : mask;
+  return true;
+}
+
+template <bool ProxyLocationConf::*M>
+bool set_proxy_flag(Builder& b, Scope& s, const Directive& d) {
+  return parse_flag_arg(b, d, 0, &(s.loc->proxy.*M));
+}
+
+template <uint64_t ProxyLocationConf::*M>
+bool set_proxy_msec(Builder& b, Scope& s, const Directive& d) {
+  auto v = parse_time_ms(d.args[0].value);
+  if (!v) return fail_invalid_value(b, d, 0);
+  s.loc->proxy.*M = *v;
+  return true;
+}
+
+template <auto M>
+void inherit_proxy(LocationConf& c, const LocationConf& p) {
+  c.proxy.*M = p.proxy.*M;
+}
+
+// `proxy_pass_header NAME;` / `proxy_hide_header NAME;` (lists; lower-cased).
+template <std::vector<std::string> ProxyLocationConf::*M>
+bool set_proxy_name_list(Builder& b, Scope& s, const Directive& d) {
+  std::string name = absl::AsciiStrToLower(d.args[0].value);
+  if (name.empty() || name.find_first_of(" \t\r\n:") != std::string::npos) return fail_invalid_value(b, d, 0);
+  (s.loc->proxy.*M).push_back(std::move(name));
+  return true;
+}
+
+constexpr DirectiveSpec kProxyDirectives[] = {
+    {.name = "upstream", .contexts = kCtxHttp, .args = kTake1, .flags = kBlock | kMulti, .set = set_upstream},
+    {.name = "proxy_pass", .contexts = kCtxLocation, .args = kTake1, .set = set_proxy_pass},
+    {.name = "proxy_set_header", .contexts = kCtxHttpAny, .args = kTake2, .flags = kMulti,
+     .set = set_proxy_set_header, .merge_loc = inherit_proxy<&ProxyLocationConf::set_header>},
+    {.name = "proxy_http_version", .contexts = kCtxHttpAny, .args = kTake1, .set = set_proxy_http_version,
+     .merge_loc = inherit_proxy<&ProxyLocationConf::http_version_minor>, .default_value = "1.0"},
+    {.name = "proxy_connect_timeout", .contexts = kCtxHttpAny, .args = kTake1,
+     .set = set_proxy_msec<&ProxyLocationConf::connect_timeout_ms>,
+     .merge_loc = inherit_proxy<&ProxyLocationConf::connect_timeout_ms>, .default_value = "60s"},
+    {.name = "proxy_read_timeout", .contexts = kCtxHttpAny, .args = kTake1,
+     .set = set_proxy_msec<&ProxyLocationConf::read_timeout_ms>,
+     .merge_loc = inherit_proxy<&ProxyLocationConf::read_timeout_ms>, .default_value = "60s"},
+    {.name = "proxy_send_timeout", .contexts = kCtxHttpAny, .args = kTake1,
+     .set = set_proxy_msec<&ProxyLocationConf::send_timeout_ms>,
+     .merge_loc = inherit_proxy<&ProxyLocationConf::send_timeout_ms>, .default_value = "60s"},
+    {.name = "proxy_buffering", .contexts = kCtxHttpAny, .args = kTake1,
+     .set = set_proxy_flag<&ProxyLocationConf::buffering>,
+     .merge_loc = inherit_proxy<&ProxyLocationConf::buffering>, .default_value = "on"},
+    {.name = "proxy_buffer_size", .contexts = kCtxHttpAny, .args = kTake1,
+     .set = [](Builder& b, Scope& s, const Directive& d) {
+       auto v = parse_size(d.args[0].value);
+       if (!v || *v < 64 || *v > (64u << 20)) return fail_invalid_value(b, d, 0);
+       s.loc->proxy.buffer_size = *v;
+       return true;
+     },
+     .merge_loc = inherit_proxy<&ProxyLocationConf::buffer_size>, .default_value = "4k"},
+    {.name = "proxy_next_upstream", .contexts = kCtxHttpAny, .args = k1More, .set = set_proxy_next_upstream,
+     .merge_loc = inherit_proxy<&ProxyLocationConf::next_upstream>, .default_value = "error timeout"},
+    {.name = "proxy_next_upstream_tries", .contexts = kCtxHttpAny, .args = kTake1,
+     .set = [](Builder& b, Scope& s, const Directive& d) {
+       auto v = parse_number(d.args[0].value);
+       if (!v) return fail_invalid_value(b, d, 0);
+       s.loc->proxy.next_upstream_tries = static_cast<uint32_t>(*v);
+       return true;
+     },
+     .merge_loc = inherit_proxy<&ProxyLocationConf::next_upstream_tries>, .default_value = "0"},
+    {.name = "proxy_next_upstream_timeout", .contexts = kCtxHttpAny, .args = kTake1,
+     .set = set_proxy_msec<&ProxyLocationConf::next_upstream_timeout_ms>,
+     .merge_loc = inherit_proxy<&ProxyLocationConf::next_upstream_timeout_ms>, .default_value = "0"},
+    {.name = "proxy_pass_request_headers", .contexts = kCtxHttpAny, .args = kTake1,
+     .set = set_proxy_flag<&ProxyLocationConf::pass_request_headers>,
+     .merge_loc = inherit_proxy<&ProxyLocationConf::pass_request_headers>, .default_value = "on"},
+    {.name = "proxy_pass_request_body", .contexts = kCtxHttpAny, .args = kTake1,
+     .set = set_proxy_flag<&ProxyLocationConf::pass_request_body>,
+     .merge_loc = inherit_proxy<&ProxyLocationConf::pass_request_body>, .default_value = "on"},
+    {.name = "proxy_pass_header", .contexts = kCtxHttpAny, .args = kTake1, .flags = kMulti,
+     .set = set_proxy_name_list<&ProxyLocationConf::pass_header>,
+     .merge_loc = inherit_proxy<&ProxyLocationConf::pass_header>},
+    {.name = "proxy_hide_header", .contexts = kCtxHttpAny, .args = kTake1, .flags = kMulti,
+     .set = set_proxy_name_list<&ProxyLocationConf::hide_header>,
+     .merge_loc = inherit_proxy<&ProxyLocationConf::hide_header>},
+};
+
+// ---- after the walk ----
+
+// nginx's ngx_http_proxy_headers defaults (the empty ones only remove the client's field) and
+// ngx_http_proxy_hide_headers.
+constexpr std::pair<std::string_view, std::string_view> kDefaultHeaders[] = {
+    {"Host", "$proxy_host"}, {"Connection", "close"}, {"TE", ""},
+    {"Keep-Alive", ""},      {"Expect", ""},          {"Upgrade", ""},
+};
+constexpr std::string_view kDefaultHidden[] = {
+    "date", "server", "x-pad", "x-accel-expires", "x-accel-redirect", "x-accel-limit-rate", "x-accel-buffering",
+    "x-accel-charset",
+};
+
+void build_effective(LocationConf& loc) {
+  ProxyLocationConf& p = loc.proxy;
+  p.headers = p.set_header;
+  for (const auto& [name, value] : kDefaultHeaders) {
+    bool named = false;
+    for (const ProxySetHeader& h : p.set_header) named = named || absl::EqualsIgnoreCase(h.name, name);
+    if (named) continue;
+    ProxySetHeader h;
+    h.name = std::string(name);
+    h.value = std::string(value);
+    h.value_tpl = std::make_shared<const Template>(compile(value, SourceLoc{"<built-in>", 0, 0}, nullptr));
+    p.headers.push_back(std::move(h));
+  }
+  p.hidden.clear();
+  for (std::string_view h : kDefaultHidden) {
+    bool passed = false;
+    for (const std::string& n : p.pass_header) passed = passed || n == h;
+    if (!passed) p.hidden.emplace_back(h);
+  }
+  for (const std::string& n : p.hide_header) p.hidden.push_back(n);
+}
+
+bool resolve_pass(Builder& b, LocationConf& loc) {
+  ProxyLocationConf& p = loc.proxy;
+  if (!p.pass) return true;
+  SourceLoc where{p.pass_file, p.pass_line, p.pass_col};
+  auto& ups = b.main->http.proxy.upstreams;
+  for (const auto& up : ups) {
+    if (up->implicit || up->name != p.pass_host) continue;
+    if (p.pass_port != 0) {
+      return b.fail(where, absl::StrCat("upstream ", quoted(up->name), " may not have port ", p.pass_port));
+    }
+    p.upstream = up.get();
+    return true;
+  }
+  // An address: one implicit group per distinct ADDR:PORT.
+  std::string text = absl::StrCat(p.pass_host, ":", p.proxy_port);
+  sockaddr_storage addr{};
+  socklen_t len = 0;
+  std::string err;
+  if (!parse_upstream_address(text, &addr, &len, &err)) {
+    if (err == "host not found") {
+      return b.fail(where, absl::StrCat("host not found in upstream ", quoted(p.pass_host),
+                                        " (no upstream block of that name; kosoku resolves only numeric addresses "
+                                        "and localhost)"));
+    }
+    return b.fail(where, absl::StrCat(err, " in upstream ", quoted(p.pass_url)));
+  }
+  for (const auto& up : ups) {
+    if (up->implicit && same_sockaddr(up->servers[0].addr, addr)) {
+      p.upstream = up.get();
+      return true;
+    }
+  }
+  auto up = std::make_unique<UpstreamConf>();
+  up->implicit = true;
+  up->name = text;
+  up->file = p.pass_file;
+  up->line = p.pass_line;
+  UpstreamServerConf srv;
+  srv.name = text;
+  srv.addr = addr;
+  srv.addr_len = len;
+  srv.addr_text = format_sockaddr(addr);
+  up->servers.push_back(std::move(srv));
+  p.upstream = up.get();
+  ups.push_back(std::move(up));
+  return true;
+}
+
+bool finalize_locations(Builder& b, std::vector<LocationConf>& locs) {
+  for (LocationConf& l : locs) {
+    build_effective(l);
+    if (!resolve_pass(b, l) || !finalize_locations(b, l.locations)) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+std::span<const DirectiveSpec> proxy_directives() { return kProxyDirectives; }
+
+bool finalize_proxy(Builder& b) {
+  HttpConf& http = b.main->http;
+  for (auto& srv : http.servers) {
+    build_effective(srv->base);
+    if (!resolve_pass(b, srv->base) || !finalize_locations(b, srv->locations)) return false;
+  }
+  for (size_t i = 0; i < http.proxy.upstreams.size(); ++i) http.proxy.upstreams[i]->index = static_cast<uint32_t>(i);
+  return true;
+}
+
+}  // namespace kosoku::config

@@ -1,0 +1,117 @@
+// Configuration of the reverse proxy (nginx's ngx_http_upstream_module and ngx_http_proxy_module), held in the
+// immutable config tree: config/conf.hh includes this file and adds one field each to HttpConf (the upstream
+// groups) and LocationConf (the proxy_* directives). The directive table that fills these structs is
+// config/directives_proxy.cc; the run-time side is proxy/upstream.hh and proxy/proxy_handler.hh.
+// Durations are milliseconds, sizes bytes, as everywhere in the config tree.
+#pragma once
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace kosoku::config {
+struct Template;  // config/variables.hh
+}
+
+namespace kosoku::proxy {
+
+/// `server ADDRESS [weight=N] [max_fails=N] [fail_timeout=TIME] [backup] [down];` in an upstream block.
+/// ADDRESS is a numeric IPv4/IPv6 address or `localhost`, with an optional port (default 80). kosoku never
+/// resolves names at run time and resolves none but `localhost` at load time.
+struct UpstreamServerConf {
+  std::string name;               // ADDRESS as written ("127.0.0.1:8081"): the ketama points hash it (nginx)
+  sockaddr_storage addr{};        // port in network order
+  socklen_t addr_len = 0;
+  std::string addr_text;          // normalised "ADDR:PORT" / "[V6]:PORT" for logs
+  uint32_t weight = 1;
+  uint32_t max_fails = 1;         // 0: never marked unavailable
+  uint64_t fail_timeout_ms = 10000;
+  bool backup = false;
+  bool down = false;
+};
+
+/// `upstream NAME { ... }` (http), or the implicit group nginx makes for `proxy_pass http://ADDR:PORT`.
+struct UpstreamConf {
+  std::string name;               // block name, or "ADDR:PORT" for an implicit group
+  bool implicit = false;
+  uint32_t index = 0;             // position in ProxyHttpConf::upstreams (per-core run-time tables)
+  std::vector<UpstreamServerConf> servers;  // file order; backups included (flagged)
+  uint32_t keepalive = 0;         // `keepalive N`: idle connections cached per core; 0: none
+  uint64_t keepalive_timeout_ms = 60000;  // `keepalive_timeout T` (idle time in the cache)
+  uint32_t keepalive_requests = 1000;     // `keepalive_requests N` per cached connection
+  std::shared_ptr<const config::Template> hash_key;  // `hash KEY [consistent]`; null: round robin
+  std::string hash_key_text;
+  bool hash_consistent = false;   // ketama: 160 points per unit of weight
+  std::string file;               // where the block (or the proxy_pass making it) was written
+  int line = 0;
+};
+
+struct ProxyHttpConf {
+  std::vector<std::unique_ptr<UpstreamConf>> upstreams;  // explicit blocks first, then implicit groups
+};
+
+/// `proxy_set_header NAME VALUE;` VALUE may contain variables; an empty expansion removes the field.
+struct ProxySetHeader {
+  std::string name;
+  std::string value;
+  std::shared_ptr<const config::Template> value_tpl;  // never null
+};
+
+/// `proxy_next_upstream` conditions (nginx's NGX_HTTP_UPSTREAM_FT_*).
+enum NextUpstream : uint32_t {
+  kNextError = 1u << 0,
+  kNextTimeout = 1u << 1,
+  kNextInvalidHeader = 1u << 2,
+  kNextHttp500 = 1u << 3,
+  kNextHttp502 = 1u << 4,
+  kNextHttp503 = 1u << 5,
+  kNextHttp504 = 1u << 6,
+  kNextHttp403 = 1u << 7,
+  kNextHttp404 = 1u << 8,
+  kNextHttp429 = 1u << 9,
+  kNextNonIdempotent = 1u << 10,
+};
+
+struct ProxyLocationConf {
+  // `proxy_pass http://NAME[:PORT][/URI];` (location; not inherited, as in nginx).
+  bool pass = false;
+  std::string pass_url;           // as written
+  std::string pass_host;          // NAME: an upstream block or an address
+  uint16_t pass_port = 0;         // 0: no port written
+  bool pass_has_uri = false;      // a URI part (even "/") was written
+  std::string pass_uri;           // the URI part, starting with '/'
+  std::string proxy_host;         // $proxy_host: "NAME[:PORT]" (port omitted when 80)
+  uint16_t proxy_port = 80;       // $proxy_port
+  const UpstreamConf* upstream = nullptr;  // resolved once the whole file is read; never null when `pass`
+  std::string pass_file;          // where proxy_pass was written (load-time errors)
+  int pass_line = 0;
+  int pass_col = 0;
+
+  /// `proxy_set_header` lines of the block that set them (inherited whole when a block has none).
+  std::vector<ProxySetHeader> set_header;
+  /// Effective request fields set by the proxy: set_header plus nginx's defaults (Host $proxy_host,
+  /// Connection close) for the names set_header does not name. Built at load for every location.
+  std::vector<ProxySetHeader> headers;
+  uint8_t http_version_minor = 0;           // `proxy_http_version 1.0|1.1` (nginx default 1.0)
+  uint64_t connect_timeout_ms = 60000;      // `proxy_connect_timeout`
+  uint64_t read_timeout_ms = 60000;         // `proxy_read_timeout`
+  uint64_t send_timeout_ms = 60000;         // `proxy_send_timeout`
+  bool buffering = true;                    // `proxy_buffering`
+  uint64_t buffer_size = 4096;              // `proxy_buffer_size`: the upstream response head must fit
+  uint32_t next_upstream = kNextError | kNextTimeout;  // `proxy_next_upstream` (0: off)
+  uint32_t next_upstream_tries = 0;         // `proxy_next_upstream_tries` (0: unlimited)
+  uint64_t next_upstream_timeout_ms = 0;    // `proxy_next_upstream_timeout` (0: unlimited)
+  bool pass_request_headers = true;         // `proxy_pass_request_headers`
+  bool pass_request_body = true;            // `proxy_pass_request_body`
+  std::vector<std::string> pass_header;     // `proxy_pass_header NAME` (lower-case)
+  std::vector<std::string> hide_header;     // `proxy_hide_header NAME` (lower-case)
+  /// Effective hidden response fields (lower-case): nginx's defaults (Date, Server, X-Pad, X-Accel-*) minus
+  /// pass_header, plus hide_header. Built at load.
+  std::vector<std::string> hidden;
+};
+
+}  // namespace kosoku::proxy

@@ -1,0 +1,288 @@
+#include "core/proxy/proxy_request.hh"
+
+#include <unistd.h>
+
+#include <span>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+
+namespace kosoku::proxy {
+
+namespace {
+
+using http::HeaderField;
+using http::HeaderToken;
+
+bool same_name(std::string_view a, std::string_view b) { return absl::EqualsIgnoreCase(a, b); }
+
+/// Whether `name` is listed in a Connection field value (comma-separated tokens).
+bool named_in(std::string_view connection_value, std::string_view name) {
+  for (std::string_view token : absl::StrSplit(connection_value, ',')) {
+    if (same_name(absl::StripAsciiWhitespace(token), name)) return true;
+  }
+  return false;
+}
+
+/// Whether any of `fields`' Connection lines names `name`.
+bool named_in_connection(std::span<const HeaderField> fields, std::string_view name) {
+  for (const HeaderField& f : fields) {
+    if (f.token == HeaderToken::kConnection && named_in(f.value, name)) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+bool ProxyVariables::get(config::VarId id, std::string_view suffix, std::string& out) const {
+  using config::VarId;
+  const http::Request& req = ex_.request();
+  switch (id) {
+    case VarId::kRemoteAddr:
+      out.append(ex_.remote_addr());
+      return true;
+    case VarId::kRequest:
+      absl::StrAppend(&out, req.method_text, " ", req.target, " HTTP/1.", req.version_minor);
+      return true;
+    case VarId::kRequestMethod:
+      out.append(req.method_text);
+      return true;
+    case VarId::kRequestUri:
+      out.append(req.target);
+      return true;
+    case VarId::kUri:
+      out.append(ex_.uri());
+      return true;
+    case VarId::kArgs:
+    case VarId::kQueryString:
+      out.append(ex_.args());
+      return true;
+    case VarId::kIsArgs:
+      if (req.has_query) out.push_back('?');
+      return true;
+    case VarId::kHttp:
+      for (const HeaderField& f : req.headers()) {
+        if (config::http_var_name_matches(f.name, suffix)) {
+          out.append(f.value);
+          return true;
+        }
+      }
+      return false;
+    case VarId::kHost:
+      if (!ex_.host().empty()) {
+        out.append(ex_.host());
+      } else if (!ex_.server().server_names.empty()) {
+        out.append(ex_.server().server_names[0]);
+      }
+      return true;
+    case VarId::kServerName:
+      if (!ex_.server().server_names.empty()) out.append(ex_.server().server_names[0]);
+      return true;
+    case VarId::kServerPort:
+      absl::StrAppend(&out, ex_.server_port());
+      return true;
+    case VarId::kServerProtocol:
+      absl::StrAppend(&out, "HTTP/1.", req.version_minor);
+      return true;
+    case VarId::kScheme:
+      out.append("http");
+      return true;
+    case VarId::kRequestLength:
+      absl::StrAppend(&out, ex_.request_length());
+      return true;
+    case VarId::kConnection:
+      absl::StrAppend(&out, ex_.connection_id());
+      return true;
+    case VarId::kConnectionRequests:
+      absl::StrAppend(&out, ex_.connection_requests());
+      return true;
+    case VarId::kDocumentRoot:
+    case VarId::kRealpathRoot:
+      out.append(ex_.location().root);
+      return true;
+    case VarId::kContentType:
+      if (const HeaderField* f = req.find(HeaderToken::kContentType)) {
+        out.append(f->value);
+        return true;
+      }
+      return false;
+    case VarId::kContentLength:
+      if (req.content_length.has_value()) {
+        absl::StrAppend(&out, *req.content_length);
+        return true;
+      }
+      return false;
+    case VarId::kPid:
+      absl::StrAppend(&out, getpid());
+      return true;
+    case VarId::kHostname: {
+      char h[256] = {};
+      gethostname(h, sizeof(h) - 1);
+      out.append(h);
+      return true;
+    }
+    case VarId::kProxyHost:
+      out.append(conf_.proxy_host);
+      return true;
+    case VarId::kProxyPort:
+      absl::StrAppend(&out, conf_.proxy_port);
+      return true;
+    case VarId::kProxyAddXForwardedFor: {
+      // nginx: every X-Forwarded-For line joined with ", ", then $remote_addr.
+      bool any = false;
+      for (const HeaderField& f : req.headers()) {
+        if (f.token != HeaderToken::kXForwardedFor) continue;
+        if (any) out.append(", ");
+        out.append(f.value);
+        any = true;
+      }
+      if (any) out.append(", ");
+      out.append(ex_.remote_addr());
+      return true;
+    }
+    default:
+      return false;  // response-time and log-only variables are not set while building the request
+  }
+}
+
+void append_escaped_uri(std::string_view s, std::string& out) {
+  static constexpr char kHex[] = "0123456789ABCDEF";
+  for (char ch : s) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c <= 0x20 || c >= 0x7f || c == '#' || c == '%' || c == '?') {
+      out.push_back('%');
+      out.push_back(kHex[c >> 4]);
+      out.push_back(kHex[c & 0xf]);
+    } else {
+      out.push_back(ch);
+    }
+  }
+}
+
+void append_upstream_target(const http::Exchange& ex, const ProxyLocationConf& conf, std::string& out) {
+  const http::Request& req = ex.request();
+  if (!conf.pass_has_uri) {
+    // The request-target as received (path and query, undecoded); for an absolute-form target its path.
+    out.append(req.path);
+    if (req.has_query) absl::StrAppend(&out, "?", req.query);
+    return;
+  }
+  std::string_view uri = ex.uri();
+  const config::LocationConf& loc = ex.location();
+  using Match = config::LocationConf::Match;
+  const bool prefix = loc.match == Match::kPrefix || loc.match == Match::kPrefixNoRegex || loc.match == Match::kExact;
+  if (prefix && absl::StartsWith(uri, loc.pattern)) uri.remove_prefix(loc.pattern.size());
+  out.append(conf.pass_uri);
+  append_escaped_uri(uri, out);
+  if (!ex.args().empty()) absl::StrAppend(&out, "?", ex.args());
+}
+
+void build_request_head(const http::Exchange& ex, const ProxyLocationConf& conf, BodyFraming framing,
+                        uint64_t content_length, std::string& out) {
+  const http::Request& req = ex.request();
+  out.clear();
+  absl::StrAppend(&out, req.method_text, " ");
+  append_upstream_target(ex, conf, out);
+  absl::StrAppend(&out, conf.http_version_minor == 1 ? " HTTP/1.1\r\n" : " HTTP/1.0\r\n");
+
+  ProxyVariables vars(ex, conf);
+  for (const ProxySetHeader& h : conf.headers) {
+    const size_t mark = out.size();
+    absl::StrAppend(&out, h.name, ": ");
+    const size_t value_at = out.size();
+    config::expand(*h.value_tpl, vars, out);
+    if (out.size() == value_at) {
+      out.resize(mark);  // an empty value removes the field (nginx)
+      continue;
+    }
+    // A variable may carry a client's bytes; a CR or LF must never split the field.
+    for (size_t i = value_at; i < out.size(); ++i) {
+      if (out[i] == '\r' || out[i] == '\n') out[i] = ' ';
+    }
+    out.append("\r\n");
+  }
+  if (framing == BodyFraming::kLength) {
+    absl::StrAppend(&out, "Content-Length: ", content_length, "\r\n");
+  } else if (framing == BodyFraming::kChunked) {
+    out.append("Transfer-Encoding: chunked\r\n");
+  }
+
+  if (conf.pass_request_headers) {
+    const std::span<const HeaderField> fields = req.headers();
+    for (const HeaderField& f : fields) {
+      if (http::header_token_flags(f.token) & http::kTokenHopByHop) continue;
+      if (f.token == HeaderToken::kContentLength || f.token == HeaderToken::kExpect) continue;
+      bool overridden = false;
+      for (const ProxySetHeader& h : conf.headers) {
+        if (same_name(h.name, f.name)) {
+          overridden = true;
+          break;
+        }
+      }
+      if (overridden || named_in_connection(fields, f.name)) continue;
+      absl::StrAppend(&out, f.name, ": ", f.value, "\r\n");
+    }
+  }
+  out.append("\r\n");
+}
+
+void build_response_head(const http::ParsedResponse& resp, const ProxyLocationConf& conf, http::ResponseHead& head) {
+  head.status = resp.status;
+  head.content_type = {};
+  head.etag.clear();
+  head.location.clear();
+  head.extra.clear();
+  head.last_modified = -1;
+  head.accept_ranges = false;
+  head.content_length = -1;
+  if (resp.has_content_length &&
+      (resp.framing == http::ResponseFraming::kContentLength || resp.framing == http::ResponseFraming::kNone)) {
+    head.content_length = static_cast<int64_t>(resp.content_length);
+  }
+  const std::span<const HeaderField> fields = resp.headers();
+  for (const HeaderField& f : fields) {
+    if (http::header_token_flags(f.token) & http::kTokenHopByHop) continue;
+    switch (f.token) {
+      case HeaderToken::kContentLength:
+        continue;  // the client connection frames the response itself
+      case HeaderToken::kContentType:
+        if (head.content_type.empty()) {
+          head.content_type = f.value;
+          continue;
+        }
+        break;
+      case HeaderToken::kEtag:
+        if (head.etag.empty()) {
+          head.etag.assign(f.value);
+          continue;
+        }
+        break;
+      case HeaderToken::kLocation:
+        if (head.location.empty()) {
+          head.location.assign(f.value);
+          continue;
+        }
+        break;
+      default:
+        break;
+    }
+    bool hidden = false;
+    for (const std::string& h : conf.hidden) {
+      if (same_name(h, f.name)) {
+        hidden = true;
+        break;
+      }
+    }
+    if (hidden || named_in_connection(fields, f.name)) continue;
+    absl::StrAppend(&head.extra, f.name, ": ", f.value, "\r\n");
+  }
+}
+
+bool idempotent(const http::Request& req) {
+  return req.method != http::Method::kPost && req.method != http::Method::kPatch && req.method_text != "LOCK";
+}
+
+}  // namespace kosoku::proxy

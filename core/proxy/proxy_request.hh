@@ -1,0 +1,68 @@
+// What the proxy sends and passes back (nginx's ngx_http_proxy_create_request and the upstream header
+// filters), as functions over an Exchange: no I/O, so the rules are testable on their own.
+//
+// Request to the upstream:
+//   - request line: the client's method; the target per proxy_pass (nginx): without a URI part the client's
+//     request-target as received (path and query, undecoded); with a URI part the normalised URI with the
+//     matched location prefix replaced by that part, escaped again (ngx_escape_uri, NGX_ESCAPE_URI), plus
+//     "?args"; version HTTP/1.0 or HTTP/1.1 (proxy_http_version).
+//   - the proxy's fields first: proxy_set_header lines, then nginx's defaults for names they do not set
+//     (Host $proxy_host, Connection close; TE, Keep-Alive, Expect and Upgrade empty = removed); a field whose
+//     value expands to "" is not sent;
+//   - body framing chosen by the handler: Content-Length or Transfer-Encoding: chunked, never both
+//     (RFC 9112 §6.1; C01/C02): the client's own Content-Length / Transfer-Encoding are never copied;
+//   - then the client's fields (proxy_pass_request_headers on), except: hop-by-hop fields (Connection,
+//     Keep-Alive, TE, Trailer, Transfer-Encoding, Upgrade, Proxy-*; RFC 9110 §7.6.1), every field named in
+//     the client's Connection header, Content-Length, Expect, and any name a proxy field sets.
+// Response to the client: the upstream's status and fields, minus hop-by-hop ones, fields named in its
+// Connection header, and the hidden ones (nginx: Date, Server, X-Pad, X-Accel-*; proxy_hide_header /
+// proxy_pass_header adjust the list). Framing is the client connection's business (Content-Length passed
+// when the upstream gave one, else chunked to HTTP/1.1 clients).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "core/config/variables.hh"
+#include "core/http/exchange.hh"
+#include "core/http/response_parser.hh"
+#include "core/proxy/proxy_conf.hh"
+
+namespace kosoku::proxy {
+
+/// How the request body is framed towards the upstream.
+enum class BodyFraming : uint8_t { kNone, kLength, kChunked };
+
+/// Variables for proxy_set_header values and `hash` keys: nginx's request variables plus $proxy_host,
+/// $proxy_port and $proxy_add_x_forwarded_for. Response-time variables ($status, $bytes_sent...) are unset.
+class ProxyVariables final : public config::VariableSource {
+ public:
+  ProxyVariables(const http::Exchange& ex, const ProxyLocationConf& conf) : ex_(ex), conf_(conf) {}
+  bool get(config::VarId id, std::string_view suffix, std::string& out) const override;
+
+ private:
+  const http::Exchange& ex_;
+  const ProxyLocationConf& conf_;
+};
+
+/// Appends s with nginx's NGX_ESCAPE_URI escaping: SP, '#', '%', '?', CTLs, DEL and bytes >= 0x80 become %XX.
+void append_escaped_uri(std::string_view s, std::string& out);
+
+/// Appends the upstream request-target for the exchange (rules above).
+void append_upstream_target(const http::Exchange& ex, const ProxyLocationConf& conf, std::string& out);
+
+/// Builds the whole request head (request line, fields, final CRLF) into `out` (replaced).
+/// `content_length` is used with BodyFraming::kLength.
+void build_request_head(const http::Exchange& ex, const ProxyLocationConf& conf, BodyFraming framing,
+                        uint64_t content_length, std::string& out);
+
+/// Fills `head` (status, content type, length, ETag, Location, extra fields) from the upstream response.
+/// Views in `head` point into `resp`'s buffer, which must outlive the response's send_head().
+void build_response_head(const http::ParsedResponse& resp, const ProxyLocationConf& conf, http::ResponseHead& head);
+
+/// nginx's rule for retrying after the request was sent: POST, PATCH and LOCK are not idempotent
+/// (RFC 9110 §9.2.2 lists the idempotent ones; nginx treats unknown methods as idempotent too).
+bool idempotent(const http::Request& req);
+
+}  // namespace kosoku::proxy

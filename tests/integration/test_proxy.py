@@ -1,0 +1,1061 @@
+"""End-to-end tests of the reverse proxy (proxy_pass, upstream groups): the real server binary in front of
+scripted python origins that count connections and requests, and can delay, answer chunked, cut a response
+off mid-body, answer 502, close without answering, or send hop-by-hop fields.
+
+The same config runs against nginx (SUT=nginx) except where kosoku knowingly differs (sut.nginx_deviation).
+Shared-cases covered here: C01 B, C02 C, C19 2 (../shared/cases/http-conformance.md).
+"""
+from __future__ import annotations
+
+import collections
+import hashlib
+import json
+import random
+import socket
+import threading
+import time
+import urllib.parse
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+import pytest
+
+import sut
+
+BIG = 32 << 20
+_big_cache: dict[str, bytes] = {}
+
+
+def big_bytes() -> bytes:
+    if "b" not in _big_cache:
+        _big_cache["b"] = random.Random(32).randbytes(BIG)
+    return _big_cache["b"]
+
+
+def sha(b: bytes) -> str:
+    return hashlib.sha256(b).hexdigest()
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The scripted origin.
+
+
+class Reader:
+    """Buffered reads from a socket without quadratic copying."""
+
+    def __init__(self, s: socket.socket):
+        self.s = s
+        self.buf = bytearray()
+        self.pos = 0
+
+    def _fill(self) -> None:
+        d = self.s.recv(1 << 20)
+        if not d:
+            raise EOFError
+        if self.pos > (1 << 20):
+            del self.buf[:self.pos]
+            self.pos = 0
+        self.buf += d
+
+    def readline(self) -> bytes:
+        while True:
+            i = self.buf.find(b"\r\n", self.pos)
+            if i >= 0:
+                line = bytes(self.buf[self.pos:i])
+                self.pos = i + 2
+                return line
+            self._fill()
+
+    def read(self, n: int, digest=None) -> bytes:
+        out = bytearray()
+        while n:
+            if self.pos == len(self.buf):
+                self._fill()
+            take = min(n, len(self.buf) - self.pos)
+            piece = self.buf[self.pos:self.pos + take]
+            if digest is not None:
+                digest.update(piece)
+            else:
+                out += piece
+            self.pos += take
+            n -= take
+        return bytes(out)
+
+
+@dataclass
+class OriginRequest:
+    method: str
+    target: str
+    version: str
+    headers: list[tuple[str, str]]
+    body_len: int
+    body_sha: str
+    chunked: bool
+    conn_id: int
+
+    def header(self, name: str) -> Optional[str]:
+        v = [b for a, b in self.headers if a.lower() == name.lower()]
+        return ", ".join(v) if v else None
+
+    def has(self, name: str) -> bool:
+        return any(a.lower() == name.lower() for a, _ in self.headers)
+
+    @property
+    def path(self) -> str:
+        return urllib.parse.urlsplit(self.target).path
+
+    @property
+    def route(self) -> str:
+        """The behaviour: "echo" anywhere in the path, else the last path segment."""
+        segments = self.path.split("/")
+        return "echo" if "echo" in segments else self.path.rstrip("/").rsplit("/", 1)[-1]
+
+    @property
+    def query(self) -> dict[str, str]:
+        return dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(self.target).query))
+
+
+class Origin:
+    """A threaded raw-socket HTTP/1.1 origin. Behaviour is chosen by the last path segment (the route) and
+    query parameters; everything it receives is recorded."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(256)
+        self.port = self.sock.getsockname()[1]
+        self.lock = threading.Lock()
+        self.requests: list[OriginRequest] = []
+        self.connections = 0
+        self.aborted: list[str] = []  # targets whose connection the proxy closed before the answer
+        self.open_conns: set[socket.socket] = set()
+        self._tls = threading.local()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    @property
+    def _method(self) -> str:
+        return getattr(self._tls, "method", "")
+
+    @_method.setter
+    def _method(self, v: str) -> None:
+        self._tls.method = v
+
+    @property
+    def _target(self) -> str:
+        return getattr(self._tls, "target", "")
+
+    @_target.setter
+    def _target(self, v: str) -> None:
+        self._tls.target = v
+
+    # -- bookkeeping
+    def reset(self) -> None:
+        with self.lock:
+            self.requests.clear()
+            self.connections = 0
+            self.aborted.clear()
+
+    def hits(self, route: str) -> int:
+        with self.lock:
+            return sum(1 for r in self.requests if r.route == route)
+
+    def last(self, route: str) -> OriginRequest:
+        with self.lock:
+            rs = [r for r in self.requests if r.route == route]
+        assert rs, f"origin {self.name} never received route {route!r}: {[r.target for r in self.requests]}"
+        return rs[-1]
+
+    def targets(self) -> list[str]:
+        with self.lock:
+            return [r.target for r in self.requests]
+
+    def close_idle(self) -> None:
+        """Closes every connection (as an origin whose keep-alive timer expired)."""
+        with self.lock:
+            conns = list(self.open_conns)
+        for c in conns:
+            try:
+                c.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def stop(self) -> None:
+        self.sock.close()
+
+    # -- server
+    def _accept(self) -> None:
+        while True:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                return
+            with self.lock:
+                self.connections += 1
+                cid = self.connections
+                self.open_conns.add(c)
+            threading.Thread(target=self._serve, args=(c, cid), daemon=True).start()
+
+    def _serve(self, c: socket.socket, cid: int) -> None:
+        r = Reader(c)
+        try:
+            while True:
+                try:
+                    line = r.readline()
+                except (EOFError, OSError):
+                    return
+                method, target, version = line.decode("latin-1").split(" ")
+                headers = []
+                while True:
+                    h = r.readline()
+                    if h == b"":
+                        break
+                    k, _, v = h.decode("latin-1").partition(":")
+                    headers.append((k, v.strip()))
+                te = [v for k, v in headers if k.lower() == "transfer-encoding"]
+                cl = [v for k, v in headers if k.lower() == "content-length"]
+                d = hashlib.sha256()
+                n = 0
+                if te:
+                    while True:
+                        size = int(r.readline().split(b";")[0], 16)
+                        if size == 0:
+                            while r.readline() != b"":
+                                pass
+                            break
+                        r.read(size, d)
+                        n += size
+                        assert r.readline() == b""
+                elif cl:
+                    n = int(cl[0])
+                    r.read(n, d)
+                req = OriginRequest(method, target, version, headers, n, d.hexdigest(), bool(te), cid)
+                with self.lock:
+                    self.requests.append(req)
+                keep = self._answer(c, req)
+                client_close = "close" in (req.header("connection") or "").lower() or version == "HTTP/1.0"
+                if not keep or client_close:
+                    return
+        except (OSError, EOFError, ValueError):
+            return
+        finally:
+            with self.lock:
+                self.open_conns.discard(c)
+            try:
+                c.close()
+            except OSError:
+                pass
+
+    def _wait_or_abort(self, c: socket.socket, seconds: float, req: OriginRequest) -> bool:
+        """Sleeps, noticing if the proxy closes the connection meanwhile. False if it did."""
+        deadline = time.monotonic() + seconds
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return True
+            c.settimeout(min(left, 0.05))
+            try:
+                if c.recv(1, socket.MSG_PEEK) == b"":
+                    with self.lock:
+                        self.aborted.append(req.target)
+                    return False
+            except socket.timeout:
+                pass
+            except OSError:
+                with self.lock:
+                    self.aborted.append(req.target)
+                return False
+            finally:
+                c.settimeout(None)
+
+    def _send(self, c: socket.socket, status: str, headers: list[tuple[str, str]], body: bytes = b"",
+              length: bool = True) -> None:
+        lines = [f"HTTP/1.1 {status}"] + [f"{k}: {v}" for k, v in headers]
+        if length:
+            lines.append(f"Content-Length: {len(body)}")
+        if self._method == "HEAD":
+            body = b""
+        try:
+            c.sendall(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body)
+        except OSError:
+            with self.lock:
+                self.aborted.append(self._target)
+            raise
+
+    def _answer(self, c: socket.socket, req: OriginRequest) -> bool:
+        q = req.query
+        route = req.route
+        self._method, self._target = req.method, req.target
+        base = [("X-Origin", self.name), ("X-Conn", str(req.conn_id))]
+        if "delay" in q:
+            if not self._wait_or_abort(c, int(q["delay"]) / 1000, req):
+                return False
+        if route == "echo":
+            body = json.dumps({"method": req.method, "target": req.target, "version": req.version,
+                               "headers": req.headers, "body_len": req.body_len, "body_sha": req.body_sha,
+                               "chunked": req.chunked, "origin": self.name}).encode()
+            self._send(c, "200 OK", base + [("Content-Type", "application/json")], body)
+        elif route == "big":
+            self._send(c, "200 OK", base + [("Content-Type", "application/octet-stream")], big_bytes())
+        elif route == "bigchunked":
+            head = "HTTP/1.1 200 OK\r\nX-Origin: %s\r\nTransfer-Encoding: chunked\r\n\r\n" % self.name
+            c.sendall(head.encode())
+            data = big_bytes()
+            step = 100_000
+            for i in range(0, len(data), step):
+                piece = data[i:i + step]
+                c.sendall(b"%x\r\n" % len(piece) + piece + b"\r\n")
+            c.sendall(b"0\r\n\r\n")
+        elif route == "chunked":
+            c.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Type: text/plain\r\n\r\n"
+                      b"5\r\nhello\r\n1\r\n \r\n6;ext=1\r\nworld!\r\n0\r\nX-Trailer: t\r\n\r\n")
+        elif route == "cut":
+            c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n" + b"x" * 50000)
+            time.sleep(0.1)
+            return False
+        elif route == "cutchunked":
+            c.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n4\r\ndata\r\n4\r\nmore\r\n")
+            time.sleep(0.1)
+            return False
+        elif route == "closedelimited":
+            c.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nConnection: close\r\n\r\nuntil the end")
+            return False
+        elif route == "http10":
+            c.sendall(b"HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\n\r\nold style body")
+            return False
+        elif route == "noanswer":
+            return False
+        elif route == "garbage":
+            c.sendall(b"THIS IS NOT HTTP\r\n\r\n")
+            return False
+        elif route == "interim":
+            c.sendall(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n")
+            self._send(c, "200 OK", base, b"after interim")
+        elif route == "status":
+            code = int(q.get("code", "502"))
+            self._send(c, f"{code} Scripted", base + [("Content-Type", "text/plain")], b"upstream broke")
+        elif route == "flaky":
+            # Origin "o2" answers 502, "o1" answers 200 (proxy_next_upstream http_502).
+            if self.name == "o2":
+                self._send(c, "502 Bad Gateway", base, b"o2 is broken")
+            else:
+                self._send(c, "200 OK", base, b"o1 ok")
+        elif route == "hop":
+            self._send(c, "200 OK", base + [
+                ("Connection", "X-Secret, keep-alive"), ("X-Secret", "hop-only"), ("Keep-Alive", "timeout=5"),
+                ("Proxy-Connection", "keep-alive"), ("Trailer", "X-T"), ("Upgrade", "h2c"),
+                ("Server", "origin-server/1.0"), ("Date", "Mon, 01 Jan 2001 00:00:00 GMT"), ("X-Pad", "avoid"),
+                ("X-Accel-Buffering", "yes"), ("Set-Cookie", "a=1"), ("Set-Cookie", "b=2"),
+                ("X-Kept", "yes"), ("ETag", '"e1"'), ("Last-Modified", "Tue, 02 Jan 2001 00:00:00 GMT"),
+                ("Content-Type", "text/plain"), ("Cache-Control", "max-age=60")], b"hop body")
+        elif route == "head304":
+            self._send(c, "304 Not Modified", base + [("ETag", '"x"')], b"", length=False)
+        else:
+            self._send(c, "200 OK", base + [("Cache-Control", "max-age=60"), ("Content-Type", "text/plain")],
+                       b"ok" if route in ("c01", "c02") else f"route {route}".encode())
+        return True
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Fixture: two origins, a dead port, and the SUT.
+
+
+@dataclass
+class Env:
+    kind: str
+    port: int
+    o1: Origin
+    o2: Origin
+    dead: int
+    server: sut.ServerProcess
+    extra: dict = field(default_factory=dict)
+
+    def origins(self) -> list[Origin]:
+        return [self.o1, self.o2]
+
+    def reset(self) -> None:
+        self.o1.reset()
+        self.o2.reset()
+
+
+def proxy_config(port: int, o1: int, o2: int, dead: int) -> str:
+    return f"""
+    client_max_body_size 64m;
+    upstream ka {{ server 127.0.0.1:{o1}; keepalive 8; }}
+    upstream rr {{ server 127.0.0.1:{o1}; server 127.0.0.1:{o2}; }}
+    upstream failover {{ server 127.0.0.1:{dead} max_fails=1 fail_timeout=30s; server 127.0.0.1:{o1}; }}
+    upstream flakypair {{ server 127.0.0.1:{o2} max_fails=0; server 127.0.0.1:{o1} max_fails=0; }}
+    upstream flakypair2 {{ server 127.0.0.1:{o2} max_fails=0; server 127.0.0.1:{o1} max_fails=0; }}
+    upstream retrypair {{ server 127.0.0.1:{o1} max_fails=0; server 127.0.0.1:{o2} max_fails=0; }}
+    upstream weighted {{ server 127.0.0.1:{o1} weight=3; server 127.0.0.1:{o2}; }}
+    upstream hashed {{ hash $request_uri consistent; server 127.0.0.1:{o1}; server 127.0.0.1:{o2}; }}
+    upstream withbackup {{ server 127.0.0.1:{dead}; server 127.0.0.1:{o2} backup; }}
+
+    server {{
+        listen 127.0.0.1:{port} default_server;
+        server_name proxy.example.com;
+        proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;
+        location / {{ proxy_pass http://127.0.0.1:{o1}; }}
+        location /ka/ {{
+            proxy_pass http://ka;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+        }}
+        location /v11/ {{ proxy_pass http://127.0.0.1:{o1}; proxy_http_version 1.1; }}
+        location /rr/ {{ proxy_pass http://rr; }}
+        location /weighted/ {{ proxy_pass http://weighted; }}
+        location /hashed/ {{ proxy_pass http://hashed; }}
+        location /failover/ {{ proxy_pass http://failover; }}
+        location /backup/ {{ proxy_pass http://withbackup; }}
+        location /dead/ {{ proxy_pass http://127.0.0.1:{dead}; }}
+        location /timeout/ {{ proxy_pass http://127.0.0.1:{o1}; proxy_read_timeout 1s; }}
+        location /prefix/ {{ proxy_pass http://127.0.0.1:{o1}/echo/sub/; }}
+        location = /exact {{ proxy_pass http://127.0.0.1:{o1}/echo; }}
+        location /nobuf/ {{ proxy_pass http://127.0.0.1:{o1}; proxy_buffering off; }}
+        location /flaky/ {{ proxy_pass http://flakypair; proxy_next_upstream error timeout http_502; }}
+        location /flakyoff/ {{ proxy_pass http://flakypair2; proxy_next_upstream off; }}
+        location /retry/ {{ proxy_pass http://retrypair; }}
+        location /hosted/ {{
+            proxy_pass http://127.0.0.1:{o1};
+            proxy_set_header Host $http_host;
+            proxy_set_header X-Real-IP $remote_addr;
+            proxy_set_header Accept-Encoding "";
+        }}
+        location /nobody/ {{ proxy_pass http://127.0.0.1:{o1}; proxy_pass_request_body off; }}
+        location /noheaders/ {{ proxy_pass http://127.0.0.1:{o1}; proxy_pass_request_headers off; }}
+        location /hide/ {{
+            proxy_pass http://127.0.0.1:{o1};
+            proxy_hide_header X-Kept;
+            proxy_pass_header X-Pad;
+        }}
+    }}
+"""
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory) -> Env:
+    o1, o2 = Origin("o1"), Origin("o2")
+    dead = sut.free_port()
+    port = sut.free_port()
+    work = tmp_path_factory.mktemp("proxy")
+    srv = sut.ServerProcess(sut.SUT, Path(work), proxy_config(port, o1.port, o2.port, dead), [port])
+    srv.start()
+    e = Env(sut.SUT, port, o1, o2, dead, srv)
+    yield e
+    rc = srv.stop()
+    o1.stop()
+    o2.stop()
+    assert rc == 0, f"{sut.SUT} exited with {rc}\n" + srv.diagnostics()
+
+
+@pytest.fixture(autouse=True)
+def _fresh(env):
+    env.reset()
+    assert env.server.alive(), env.server.diagnostics()
+    yield
+    assert env.server.alive(), "server died during the test\n" + env.server.diagnostics()
+
+
+def get(env: Env, target: str, method: str = "GET", headers=(), body: bytes = b"",
+        host: str = "proxy.example.com", timeout: float = 10.0) -> sut.Response:
+    return sut.request(env.port, method, target, host=host, headers=headers, body=body, timeout=timeout)
+
+
+def echo(resp: sut.Response) -> dict:
+    assert resp.status == 200, resp
+    return json.loads(resp.body)
+
+
+def hdr(d: dict, name: str) -> list[str]:
+    return [v for k, v in d["headers"] if k.lower() == name.lower()]
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Streaming helper for the 32 MiB transfers (sut.Conn keeps everything in memory).
+
+
+def stream_exchange(port: int, request: bytes, timeout: float = 60.0):
+    """Sends request (bytes, or a generator of bytes), reads one response streaming its body into sha256.
+    Returns (status, headers(lower->list), body_len, body_sha, chunked, complete)."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    try:
+        if isinstance(request, bytes):
+            s.sendall(request)
+        else:
+            for piece in request:
+                s.sendall(piece)
+        r = Reader(s)
+        status_line = r.readline().decode()
+        status = int(status_line.split(" ")[1])
+        headers: dict[str, list[str]] = collections.defaultdict(list)
+        while True:
+            line = r.readline()
+            if line == b"":
+                break
+            k, _, v = line.decode("latin-1").partition(":")
+            headers[k.strip().lower()].append(v.strip())
+        d = hashlib.sha256()
+        n = 0
+        chunked = "chunked" in ",".join(headers.get("transfer-encoding", [])).lower()
+        complete = True
+        try:
+            if chunked:
+                while True:
+                    size = int(r.readline().split(b";")[0], 16)
+                    if size == 0:
+                        while r.readline() != b"":
+                            pass
+                        break
+                    r.read(size, d)
+                    n += size
+                    assert r.readline() == b""
+            elif "content-length" in headers:
+                want = int(headers["content-length"][0])
+                r.read(want, d)
+                n = want
+        except (EOFError, ConnectionResetError):
+            complete = False
+        return status, headers, n, d.hexdigest(), chunked, complete
+    finally:
+        s.close()
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Basic forwarding.
+
+
+def test_get_forwards_request_line_and_default_headers(env):
+    resp = get(env, "/echo?x=1&y=%20z", headers=[("User-Agent", "itest"), ("Accept", "*/*")])
+    d = echo(resp)
+    assert d["method"] == "GET"
+    assert d["target"] == "/echo?x=1&y=%20z"  # as received, undecoded
+    assert d["version"] == "HTTP/1.0"          # proxy_http_version default
+    assert hdr(d, "Host") == [f"127.0.0.1:{env.o1.port}"]  # $proxy_host
+    assert hdr(d, "Connection") == ["close"]
+    assert hdr(d, "User-Agent") == ["itest"]
+    assert resp.header("X-Origin") == "o1"
+    assert resp.header("Content-Type") == "application/json"
+
+
+def test_head_request_has_length_and_no_body(env):
+    with sut.Conn(env.port) as c:
+        c.send(b"HEAD /echo HTTP/1.1\r\nHost: proxy.example.com\r\n\r\n"
+               b"GET /plain HTTP/1.1\r\nHost: proxy.example.com\r\nConnection: close\r\n\r\n")
+        rs = c.read_responses(2, ["HEAD", "GET"], timeout=10)
+    assert [r.status for r in rs] == [200, 200]
+    assert rs[0].body == b""
+    assert int(rs[0].header("Content-Length")) > 0
+    assert rs[1].body == b"route plain"
+    assert env.o1.last("echo").method == "HEAD"
+
+
+def test_post_content_length_body(env):
+    body = b"a=1&b=" + b"x" * 5000
+    d = echo(get(env, "/echo", "POST", headers=[("Content-Type", "application/x-www-form-urlencoded")], body=body))
+    assert d["body_len"] == len(body) and d["body_sha"] == sha(body)
+    assert hdr(d, "Content-Length") == [str(len(body))]
+    assert hdr(d, "Transfer-Encoding") == []
+    assert hdr(d, "Content-Type") == ["application/x-www-form-urlencoded"]
+
+
+def test_post_empty_body_sends_content_length_zero(env):
+    d = echo(get(env, "/echo", "POST", headers=[("Content-Length", "0")]))
+    assert d["body_len"] == 0
+    assert hdr(d, "Content-Length") == ["0"]
+
+
+def test_small_chunked_request_body_is_forwarded_with_content_length(env):
+    raw = (b"POST /echo HTTP/1.1\r\nHost: proxy.example.com\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+           b"5\r\nhello\r\n6;x=y\r\n world\r\n0\r\nX-Trailer: 1\r\n\r\n")
+    ex = sut.exchange(env.port, raw, timeout=10)
+    d = echo(ex.one())
+    assert d["body_len"] == 11 and d["body_sha"] == sha(b"hello world")
+    assert hdr(d, "Content-Length") == ["11"]
+    assert hdr(d, "Transfer-Encoding") == []  # never both framings
+
+
+def _chunked(body: bytes, step: int = 10_000) -> bytes:
+    out = bytearray()
+    for i in range(0, len(body), step):
+        piece = body[i:i + step]
+        out += b"%x\r\n" % len(piece) + piece + b"\r\n"
+    return bytes(out + b"0\r\n\r\n")
+
+
+def test_large_chunked_request_body_is_rechunked_with_http11(env):
+    sut.nginx_deviation("nginx buffers the whole body (proxy_request_buffering on) and sends Content-Length")
+    body = random.Random(5).randbytes(1 << 20)
+    raw = (b"POST /v11/echo HTTP/1.1\r\nHost: proxy.example.com\r\nTransfer-Encoding: chunked\r\n"
+           b"Connection: close\r\n\r\n" + _chunked(body))
+    d = echo(sut.exchange(env.port, raw, timeout=20).one())
+    assert d["body_len"] == len(body) and d["body_sha"] == sha(body)
+    assert d["chunked"] is True
+    assert hdr(d, "Content-Length") == []
+
+
+def test_large_chunked_request_body_with_http10_upstream_is_411(env):
+    sut.nginx_deviation("nginx buffers the body to a temp file and sends Content-Length")
+    body = b"z" * (200 << 10)
+    raw = (b"POST /echo HTTP/1.1\r\nHost: proxy.example.com\r\nTransfer-Encoding: chunked\r\n"
+           b"Connection: close\r\n\r\n" + _chunked(body))
+    resp = sut.exchange(env.port, raw, timeout=10).finals[0]
+    assert resp.status == 411
+    assert env.o1.hits("echo") == 0
+
+
+def test_expect_100_continue(env):
+    with sut.Conn(env.port, timeout=10) as c:
+        c.send(b"PUT /echo HTTP/1.1\r\nHost: proxy.example.com\r\nContent-Length: 4\r\n"
+               b"Expect: 100-continue\r\n\r\n")
+        rs = c.read_responses(1, timeout=5)
+        assert rs and rs[0].status == 100, rs
+        c.send(b"data")
+        final = c.read_response(timeout=10)
+    d = echo(final)
+    assert d["method"] == "PUT" and d["body_sha"] == sha(b"data")
+    assert hdr(d, "Expect") == []  # handled by the proxy, not forwarded
+
+
+def test_request_uri_with_proxy_pass_uri_part(env):
+    d = echo(get(env, "/prefix/a%20b/c%3F.txt?q=1&r=%2F"))
+    # The location prefix /prefix/ is replaced by /echo/sub/; the decoded rest is escaped again.
+    assert d["target"] == "/echo/sub/a%20b/c%3F.txt?q=1&r=%2F"
+    d = echo(get(env, "/exact?k=v"))
+    assert d["target"] == "/echo?k=v"
+
+
+def test_x_forwarded_for_appends_client_address(env):
+    d = echo(get(env, "/echo", headers=[("X-Forwarded-For", "203.0.113.7"), ("X-Forwarded-For", "10.1.1.1")]))
+    assert hdr(d, "X-Forwarded-For") == ["203.0.113.7, 10.1.1.1, 127.0.0.1"]
+    d = echo(get(env, "/echo"))
+    assert hdr(d, "X-Forwarded-For") == ["127.0.0.1"]
+
+
+def test_proxy_set_header_host_and_empty_value_removal(env):
+    d = echo(get(env, "/hosted/echo", host="Proxy.Example.com:8080",
+                 headers=[("Accept-Encoding", "gzip"), ("X-Real-IP", "1.1.1.1")]))
+    assert hdr(d, "Host") == ["Proxy.Example.com:8080"]
+    assert hdr(d, "X-Real-IP") == ["127.0.0.1"]  # set header replaces the client's
+    assert hdr(d, "Accept-Encoding") == []         # "" removes the field
+    # proxy_set_header at server level is not inherited into a location that has its own list (nginx).
+    assert hdr(d, "X-Forwarded-For") == []
+
+
+def test_pass_request_headers_off_and_pass_request_body_off(env):
+    d = echo(get(env, "/noheaders/echo", headers=[("X-Client", "1")]))
+    assert hdr(d, "X-Client") == [] and hdr(d, "Host") == [f"127.0.0.1:{env.o1.port}"]
+    sut.nginx_deviation("with proxy_pass_request_body off nginx still sends the client's Content-Length "
+                        "(its docs say to add proxy_set_header Content-Length \"\"), so the origin waits for a body")
+    d = echo(get(env, "/nobody/echo", "POST", body=b"secret-body"))
+    assert d["body_len"] == 0 and hdr(d, "Content-Length") == []
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Hop-by-hop fields.
+
+
+def test_hop_by_hop_request_fields_are_removed(env):
+    sut.nginx_deviation("nginx forwards fields named in the client's Connection header and Proxy-* "
+                        "(RFC 9110 §7.6.1: a proxy MUST remove them)")
+    d = echo(get(env, "/v11/echo", headers=[
+        ("Connection", "X-Drop-Me, keep-alive"), ("X-Drop-Me", "1"), ("Keep-Alive", "timeout=5"),
+        ("TE", "trailers"), ("Upgrade", "websocket"), ("Proxy-Authorization", "Basic eA=="),
+        ("Proxy-Connection", "keep-alive"), ("Trailer", "X-T"), ("X-Keep-Me", "2")]))
+    names = {k.lower() for k, _ in d["headers"]}
+    for gone in ("x-drop-me", "keep-alive", "te", "upgrade", "proxy-authorization", "proxy-connection", "trailer"):
+        assert gone not in names, (gone, d["headers"])
+    assert hdr(d, "X-Keep-Me") == ["2"]
+    assert hdr(d, "Connection") == ["close"]
+
+
+def test_hop_by_hop_and_hidden_response_fields_are_removed(env):
+    resp = get(env, "/hop")
+    assert resp.status == 200 and resp.body == b"hop body"
+    sut.nginx_deviation("nginx passes fields named in the upstream's Connection header, Proxy-Connection and "
+                        "Trailer (RFC 9110 §7.6.1: a proxy MUST remove them)")
+    for gone in ("X-Secret", "Keep-Alive", "Proxy-Connection", "Trailer", "Upgrade", "X-Pad", "X-Accel-Buffering"):
+        assert not resp.has(gone), (gone, resp.headers)
+    assert resp.header_list("Server") != ["origin-server/1.0"]  # the proxy's own Server and Date
+    assert "2001" not in (resp.header("Date") or "")
+    assert resp.header_list("Set-Cookie") == ["a=1", "b=2"]
+    assert resp.header("X-Kept") == "yes"
+    assert resp.header("ETag") == '"e1"'
+    assert resp.header("Last-Modified") == "Tue, 02 Jan 2001 00:00:00 GMT"
+    assert resp.header("Cache-Control") == "max-age=60"
+    assert resp.header_list("Connection") == ["close"]  # sut.request asked for close
+
+
+def test_proxy_hide_header_and_pass_header(env):
+    resp = get(env, "/hide/hop")
+    assert not resp.has("X-Kept")
+    assert resp.header("X-Pad") == "avoid"
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Response framing.
+
+
+def test_chunked_upstream_response_is_dechunked_and_rechunked(env):
+    resp = get(env, "/chunked")
+    assert resp.status == 200 and resp.body == b"hello world!"
+    assert resp.chunked  # length unknown: chunked to an HTTP/1.1 client
+    assert not resp.has("X-Trailer")
+
+
+def test_http10_client_gets_close_delimited_body(env):
+    ex = sut.exchange(env.port, b"GET /chunked HTTP/1.0\r\nHost: proxy.example.com\r\n\r\n", timeout=10)
+    resp = ex.one()
+    assert resp.status == 200 and resp.body == b"hello world!" and not resp.chunked
+    assert ex.closed
+
+
+def test_close_delimited_and_http10_upstream_responses(env):
+    for route, body in (("closedelimited", b"until the end"), ("http10", b"old style body")):
+        resp = get(env, f"/{route}")
+        assert resp.status == 200 and resp.body == body, route
+
+
+def test_interim_upstream_responses_are_not_passed_on(env):
+    sut.nginx_deviation("nginx 1.22 takes an upstream 100 for the final response and passes the rest as its body")
+    ex = sut.exchange(env.port, b"GET /interim HTTP/1.1\r\nHost: proxy.example.com\r\nConnection: close\r\n\r\n",
+                      timeout=10)
+    assert [r.status for r in ex.responses] == [200]
+    assert ex.responses[0].body == b"after interim"
+
+
+def test_304_passes_through_without_body(env):
+    with sut.Conn(env.port) as c:
+        c.send(b"GET /head304 HTTP/1.1\r\nHost: proxy.example.com\r\n\r\n"
+               b"GET /plain HTTP/1.1\r\nHost: proxy.example.com\r\nConnection: close\r\n\r\n")
+        rs = c.read_responses(2, timeout=10)
+    assert [r.status for r in rs] == [304, 200]
+    assert rs[0].body == b"" and rs[0].header("ETag") == '"x"'
+    assert rs[1].body == b"route plain"
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Large bodies, both directions (bounded memory: the proxy streams).
+
+
+@pytest.mark.parametrize("route", ["big", "bigchunked"])
+def test_32mib_response(env, route):
+    status, headers, n, digest, chunked, complete = stream_exchange(
+        env.port, f"GET /nobuf/{route} HTTP/1.1\r\nHost: proxy.example.com\r\nConnection: close\r\n\r\n".encode()
+        if route == "bigchunked" else
+        f"GET /{route} HTTP/1.1\r\nHost: proxy.example.com\r\nConnection: close\r\n\r\n".encode())
+    assert status == 200 and complete
+    assert n == BIG and digest == sha(big_bytes())
+    assert chunked == (route == "bigchunked")
+    if route == "big":
+        assert headers["content-length"] == [str(BIG)]
+
+
+def test_32mib_request_body_content_length(env):
+    data = big_bytes()
+
+    def pieces():
+        yield (f"POST /echo HTTP/1.1\r\nHost: proxy.example.com\r\nContent-Length: {BIG}\r\n"
+               f"Connection: close\r\n\r\n").encode()
+        for i in range(0, BIG, 1 << 20):
+            yield data[i:i + (1 << 20)]
+
+    status, headers, n, digest, chunked, complete = stream_exchange(env.port, pieces())
+    assert status == 200 and complete
+    req = env.o1.last("echo")
+    assert req.body_len == BIG and req.body_sha == sha(data)
+
+
+def test_32mib_request_body_chunked(env):
+    sut.nginx_deviation("nginx buffers the whole body (proxy_request_buffering on) and sends Content-Length")
+    data = big_bytes()
+
+    def pieces():
+        yield (b"POST /v11/echo HTTP/1.1\r\nHost: proxy.example.com\r\nTransfer-Encoding: chunked\r\n"
+               b"Connection: close\r\n\r\n")
+        step = 300_000
+        for i in range(0, BIG, step):
+            piece = data[i:i + step]
+            yield b"%x\r\n" % len(piece) + piece + b"\r\n"
+        yield b"0\r\n\r\n"
+
+    status, _, _, _, _, complete = stream_exchange(env.port, pieces())
+    assert status == 200 and complete
+    req = env.o1.last("echo")
+    assert req.chunked and req.body_len == BIG and req.body_sha == sha(data)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Upstream connections: keepalive reuse, balancing, failover.
+
+
+def test_keepalive_connections_are_reused(env):
+    conns = set()
+    with sut.Conn(env.port, timeout=10) as c:
+        for i in range(30):
+            c.send(f"GET /ka/echo?i={i} HTTP/1.1\r\nHost: proxy.example.com\r\n\r\n".encode())
+            r = c.read_response(timeout=10)
+            assert r.status == 200
+            assert echo(r)["version"] == "HTTP/1.1"
+            assert hdr(echo(r), "Connection") == []  # proxy_set_header Connection ""
+            conns.add(r.header("X-Conn"))
+    assert env.o1.hits("echo") == 30
+    # One client connection = one core = one cached upstream connection for all 30 requests.
+    assert len(conns) == 1, conns
+    assert env.o1.connections <= 1
+    # Separate client connections may land on different cores: at most one origin connection per core.
+    env.reset()
+    for i in range(20):
+        assert get(env, f"/ka/echo?j={i}").status == 200
+    assert env.o1.connections <= sut.WORKERS
+
+
+def test_without_keepalive_every_request_opens_a_connection(env):
+    with sut.Conn(env.port, timeout=10) as c:
+        for i in range(5):
+            c.send(f"GET /echo?i={i} HTTP/1.1\r\nHost: proxy.example.com\r\n\r\n".encode())
+            assert c.read_response(timeout=10).status == 200
+    assert env.o1.connections == 5
+
+
+def test_cached_connection_closed_by_origin_is_detected(env):
+    with sut.Conn(env.port, timeout=10) as c:
+        c.send(b"GET /ka/echo HTTP/1.1\r\nHost: proxy.example.com\r\n\r\n")
+        assert c.read_response(timeout=10).status == 200
+        env.o1.close_idle()  # the origin's keep-alive timer expires
+        time.sleep(0.3)
+        log_before = len(env.server.error_log())
+        for _ in range(3):
+            c.send(b"GET /ka/echo HTTP/1.1\r\nHost: proxy.example.com\r\n\r\n")
+            r = c.read_response(timeout=10)
+            assert r.status == 200, r
+    assert 1 <= env.o1.connections <= 2
+    # The closed cached connection was noticed while idle, not by failing a request on it.
+    assert "upstream" not in env.server.error_log()[log_before:]
+
+
+def test_round_robin_over_two_origins(env):
+    seen = collections.Counter(get(env, f"/rr/who?i={i}").header("X-Origin") for i in range(20))
+    # Each core runs its own round robin; with one client connection per request the split is within ±WORKERS.
+    assert abs(seen["o1"] - seen["o2"]) <= 2 * sut.WORKERS, seen
+    with sut.Conn(env.port, timeout=10) as c:
+        order = []
+        for i in range(6):
+            c.send(f"GET /rr/who?k={i} HTTP/1.1\r\nHost: proxy.example.com\r\n\r\n".encode())
+            order.append(c.read_response(timeout=10).header("X-Origin"))
+    assert all(order[i] != order[i + 1] for i in range(5)), order
+
+
+def test_weighted_round_robin(env):
+    with sut.Conn(env.port, timeout=10) as c:
+        seen = collections.Counter()
+        for i in range(40):
+            c.send(f"GET /weighted/who?i={i} HTTP/1.1\r\nHost: proxy.example.com\r\n\r\n".encode())
+            seen[c.read_response(timeout=10).header("X-Origin")] += 1
+    assert seen == {"o1": 30, "o2": 10}, seen
+
+
+def test_consistent_hash_is_sticky(env):
+    first = {}
+    for i in range(12):
+        first[i] = get(env, f"/hashed/who?key={i}").header("X-Origin")
+    for i in range(12):
+        assert get(env, f"/hashed/who?key={i}").header("X-Origin") == first[i]
+    assert set(first.values()) == {"o1", "o2"}
+
+
+def test_failover_to_next_upstream_when_one_is_down(env):
+    for i in range(6):
+        resp = get(env, f"/failover/echo?i={i}")
+        assert resp.status == 200 and resp.header("X-Origin") == "o1"
+    assert env.o1.hits("echo") == 6
+    errors = env.server.error_log()
+    assert "Connection refused" in errors or "connect() failed" in errors
+
+
+def test_backup_server_used_when_primary_is_down(env):
+    resp = get(env, "/backup/who")
+    assert resp.status == 200 and resp.header("X-Origin") == "o2"
+
+
+def test_next_upstream_http_502(env):
+    for i in range(4):
+        resp = get(env, f"/flaky/flaky?i={i}")
+        assert resp.status == 200 and resp.body == b"o1 ok", resp
+    assert env.o1.hits("flaky") == 4
+
+
+def test_upstream_5xx_is_passed_through_without_next_upstream(env):
+    seen = set()
+    for i in range(4):
+        resp = get(env, f"/flakyoff/flaky?i={i}")
+        seen.add((resp.status, resp.body))
+    assert (502, b"o2 is broken") in seen and (200, b"o1 ok") in seen
+    resp = get(env, "/status?code=503")
+    assert resp.status == 503 and resp.body == b"upstream broke"
+
+
+def test_post_is_not_retried_after_it_was_sent(env):
+    # The origin closes without answering after reading the whole request: a POST must not be repeated.
+    resp = get(env, "/retry/noanswer", "POST", body=b"once")
+    assert resp.status == 502
+    assert env.o1.hits("noanswer") + env.o2.hits("noanswer") == 1
+    # An idempotent GET is tried on the next server (proxy_next_upstream error).
+    resp = get(env, "/retry/noanswer")
+    assert resp.status == 502
+    assert env.o1.hits("noanswer") + env.o2.hits("noanswer") == 3
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Errors: 502 / 504, cut-off responses, client aborts.
+
+
+def test_502_when_connection_refused(env):
+    resp = get(env, "/dead/x")
+    assert resp.status == 502
+
+
+def test_502_on_invalid_response_and_on_close_without_answer(env):
+    assert get(env, "/noanswer").status == 502
+    sut.nginx_deviation("nginx accepts a response without a status line as HTTP/0.9 and passes it on")
+    assert get(env, "/garbage").status == 502
+    assert get(env, "/noanswer").status == 502
+    assert "upstream" in env.server.error_log()
+
+
+def test_504_on_read_timeout(env):
+    t0 = time.monotonic()
+    resp = get(env, "/timeout/echo?delay=3000", timeout=10)
+    elapsed = time.monotonic() - t0
+    assert resp.status == 504
+    assert 0.9 <= elapsed < 2.8, elapsed
+
+
+@pytest.mark.parametrize("route", ["cut", "cutchunked"])
+def test_response_cut_off_mid_body_is_never_complete(env, route):
+    with sut.Conn(env.port, timeout=10) as c:
+        c.send(f"GET /{route} HTTP/1.1\r\nHost: proxy.example.com\r\n\r\n".encode())
+        closed = c.wait_closed(5)
+        raw = bytes(c.raw)
+    assert closed, "the client connection must be cut"
+    r = sut.parse_response(raw, "GET", eof=False)
+    assert r is None, f"a truncated response must not parse as complete: {raw[:200]!r}"
+    assert raw == b"" or raw.startswith(b"HTTP/1.1 200")
+
+
+def _wait_aborted(origin: Origin, seconds: float = 5.0) -> list[str]:
+    deadline = time.monotonic() + seconds
+    while not origin.aborted and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return list(origin.aborted)
+
+
+def test_client_reset_while_waiting_closes_the_upstream_connection(env):
+    c = socket.create_connection(("127.0.0.1", env.port))
+    c.sendall(b"GET /ka/echo?delay=2000 HTTP/1.1\r\nHost: proxy.example.com\r\n\r\n")
+    time.sleep(0.3)
+    c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+    c.close()  # RST
+    assert _wait_aborted(env.o1) == ["/ka/echo?delay=2000"]
+    # The aborted connection was not cached: the next request works.
+    assert get(env, "/ka/echo").status == 200
+
+
+def test_client_going_away_mid_response_closes_the_upstream_connection(env):
+    c = socket.create_connection(("127.0.0.1", env.port))
+    c.sendall(b"GET /ka/big HTTP/1.1\r\nHost: proxy.example.com\r\n\r\n")
+    got = 0
+    while got < 200_000:
+        got += len(c.recv(65536))
+    c.close()
+    assert _wait_aborted(env.o1, 10) == ["/ka/big"]
+    assert get(env, "/ka/echo").status == 200
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Conformance cases (shared/cases/http-conformance.md).
+
+
+def test_c01_b_content_length_with_transfer_encoding(env):
+    prefix = f"/r{random.randrange(10**6):06d}"
+    raw = (f"POST {prefix}/c01 HTTP/1.1\r\nHost: proxy.example.com\r\n"
+           "Content-Length: 0\r\nTransfer-Encoding: chunked\r\n\r\n"
+           f"29\r\nGET {prefix}/c01-evil HTTP/1.1\r\nHost: x\r\n\r\n\r\n"
+           "0\r\n\r\n").encode()
+    ex = sut.exchange(env.port, raw, timeout=5)
+    statuses = [r.status for r in ex.finals]
+    if statuses == [400]:
+        assert ex.closed
+    else:
+        assert statuses == [200], statuses  # forwarded by Transfer-Encoding only
+    time.sleep(0.2)
+    assert not any("c01-evil" in t for t in env.o1.targets())
+    for o in env.origins():
+        for r in o.requests:
+            assert not (r.has("Content-Length") and r.has("Transfer-Encoding")), r
+
+
+def test_c02_c_invalid_content_length_with_transfer_encoding(env):
+    prefix = f"/r{random.randrange(10**6):06d}"
+    raw = (f"POST {prefix}/c02 HTTP/1.1\r\nHost: proxy.example.com\r\n"
+           "Content-Length: blahblahblah\r\nTransfer-Encoding: chunked\r\n\r\n1\r\nZ\r\n0\r\n\r\n").encode()
+    ex = sut.exchange(env.port, raw, timeout=5)
+    assert [r.status for r in ex.finals] in ([400], [200])
+    for o in env.origins():
+        for r in o.requests:
+            assert "blah" not in (r.header("Content-Length") or ""), r
+            assert not (r.has("Content-Length") and r.has("Transfer-Encoding")), r
+
+
+def test_c19_2_pipelined_responses_in_request_order(env):
+    prefix = f"/r{random.randrange(10**6):06d}"
+    with sut.Conn(env.port, timeout=10) as c:
+        c.send((f"GET {prefix}/c19-slow?delay=1000 HTTP/1.1\r\nHost: proxy.example.com\r\n\r\n"
+                f"GET {prefix}/c19-fast HTTP/1.1\r\nHost: proxy.example.com\r\nConnection: close\r\n\r\n").encode())
+        rs = c.read_responses(2, timeout=10)
+    assert [r.status for r in rs] == [200, 200]
+    assert [r.body for r in rs] == [b"route c19-slow", b"route c19-fast"]
+
+
+def test_many_concurrent_clients(env):
+    errors = []
+
+    def worker(k):
+        try:
+            for i in range(10):
+                with sut.Conn(env.port, timeout=10, record_io=False) as c:
+                    c.send(f"GET /ka/echo?w={k}&i={i} HTTP/1.1\r\nHost: proxy.example.com\r\nConnection: close\r\n\r\n"
+                           .encode())
+                    r = c.read_response(timeout=10)
+                    if r is None or r.status != 200 or json.loads(r.body)["target"] != f"/ka/echo?w={k}&i={i}":
+                        errors.append((k, i, r))
+        except Exception as e:  # noqa: BLE001 - collected and asserted below
+            errors.append((k, repr(e)))
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(20)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[:5]
+    assert env.o1.hits("echo") == 200
+    assert env.o1.connections <= 8 * sut.WORKERS + 20  # cached connections are reused under load
+
+
+def test_config_errors(env, tmp_path):
+    if sut.SUT != "kosoku":
+        pytest.skip("kosoku's wording")
+    cases = {
+        "location / { proxy_pass http://nosuchgroup; }": "host not found in upstream \"nosuchgroup\"",
+        "location ~ \\.php$ { proxy_pass http://127.0.0.1:1/x; }": "cannot have URI part",
+        "location / { proxy_pass https://127.0.0.1; }": "https protocol requires SSL support",
+    }
+    for loc, msg in cases.items():
+        p = sut.ServerProcess("kosoku", tmp_path / f"c{abs(hash(loc))}", f"server {{ listen 127.0.0.1:1; {loc} }}", [])
+        r = p.check_config()
+        assert r.returncode != 0, loc
+        assert msg in r.stderr.decode(), (loc, r.stderr)
+    p = sut.ServerProcess("kosoku", tmp_path / "empty", "upstream u { keepalive 2; } server { listen 127.0.0.1:1; }", [])
+    r = p.check_config()
+    assert r.returncode != 0 and "no servers are inside upstream" in r.stderr.decode()

@@ -1,0 +1,394 @@
+// Unit tests for core/proxy/proxy_request (the upstream request head and the client response head) and for
+// the proxy directives (config/directives_proxy.cc): real configuration text, real parsed requests, a minimal
+// Exchange that only carries the request (the functions under test read nothing else).
+#include <cctype>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "core/config/loader.hh"
+#include "core/http/exchange.hh"
+#include "core/http/parser.hh"
+#include "core/http/uri.hh"
+#include "core/proxy/proxy_request.hh"
+
+namespace kosoku::proxy {
+namespace {
+
+/// The request side of an exchange, as the connection would present it.
+class RequestOnly final : public http::Exchange {
+ public:
+  RequestOnly(const config::MainConf& conf, std::string raw) : raw_(std::move(raw)) {
+    req_.fields = fields_;
+    http::ParseResult r = http::parse_request(raw_, req_, http::ParserLimits{});
+    EXPECT_EQ(r.status, http::ParseStatus::kComplete) << r.reason;
+    http::normalize_path(req_.path, uri_);
+    server_ = conf.http.servers[0].get();
+    loc_ = server_->find_location(uri_);
+    host_ = std::string(req_.host_name);
+    for (char& c : host_) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  }
+  const http::Request& request() const override { return req_; }
+  std::string_view uri() const override { return uri_; }
+  std::string_view args() const override { return req_.query; }
+  const config::ServerConf& server() const override { return *server_; }
+  const config::LocationConf& location() const override { return *loc_; }
+  const http::CoreContext& core() const override { return core_; }
+  std::string_view remote_addr() const override { return "192.0.2.10"; }
+  uint16_t server_port() const override { return 8080; }
+  uint64_t connection_id() const override { return 7; }
+  uint64_t connection_requests() const override { return 1; }
+  std::string_view host() const override { return host_; }
+  uint64_t request_length() const override { return raw_.size(); }
+  http::ResponseHead& head() override { return head_; }
+  void send_head() override {}
+  void respond(int, std::string_view, std::string_view) override {}
+  void redirect(int, std::string_view) override {}
+  void write(std::string_view) override {}
+  void write_ref(const char*, size_t) override {}
+  size_t pending_output() const override { return 0; }
+  void set_low_water(size_t) override {}
+  void finish() override {}
+  void abort_response() override {}
+  void release() override {}
+  void read_body(http::BodySink*) override {}
+  void pause_body(bool) override {}
+  std::unique_ptr<http::ContentState>& state() override { return state_; }
+
+ private:
+  std::string raw_;
+  http::HeaderField fields_[64];
+  http::Request req_;
+  std::string uri_;
+  std::string host_;
+  const config::ServerConf* server_ = nullptr;
+  const config::LocationConf* loc_ = nullptr;
+  http::CoreContext core_;
+  http::ResponseHead head_;
+  std::unique_ptr<http::ContentState> state_;
+};
+
+std::unique_ptr<const config::MainConf> load(const std::string& http_body) {
+  config::LoadResult r = config::load_from_string("http { " + http_body + " }", "t.conf");
+  EXPECT_TRUE(r.conf != nullptr) << r.error.message;
+  return std::move(r.conf);
+}
+
+std::string load_error(const std::string& http_body) {
+  config::LoadResult r = config::load_from_string("http { " + http_body + " }", "t.conf");
+  EXPECT_TRUE(r.conf == nullptr) << "expected an error for: " << http_body;
+  return r.error.message;
+}
+
+std::string head_for(const config::MainConf& conf, const std::string& raw, BodyFraming framing = BodyFraming::kNone,
+                     uint64_t length = 0) {
+  RequestOnly ex(conf, raw);
+  EXPECT_TRUE(ex.location().proxy.pass);
+  std::string out;
+  build_request_head(ex, ex.location().proxy, framing, length, out);
+  return out;
+}
+
+constexpr char kServer[] = "server { listen 127.0.0.1:8080; ";
+
+std::string first_line(const std::string& head) { return head.substr(0, head.find("\r\n")); }
+
+TEST(ProxyRequest, DefaultsWithoutUriPart) {
+  auto conf = load(std::string(kServer) + "location / { proxy_pass http://127.0.0.1:8081; } }");
+  const std::string h = head_for(*conf,
+                                 "GET /a%20b/../c?x=%2F&y HTTP/1.1\r\nHost: www.example.com\r\nUser-Agent: t\r\n"
+                                 "Accept: */*\r\n\r\n");
+  EXPECT_EQ(h,
+            "GET /a%20b/../c?x=%2F&y HTTP/1.0\r\n"  // the target as received
+            "Host: 127.0.0.1:8081\r\n"               // $proxy_host
+            "Connection: close\r\n"
+            "User-Agent: t\r\n"
+            "Accept: */*\r\n"
+            "\r\n");
+}
+
+TEST(ProxyRequest, UriPartReplacesTheLocationPrefix) {
+  auto conf = load(std::string(kServer) +
+                   "location /api/ { proxy_pass http://127.0.0.1:81/v2/; proxy_http_version 1.1; } "
+                   "location = /one { proxy_pass http://127.0.0.1:81/single; } "
+                   "location /root/ { proxy_pass http://127.0.0.1:81/; } }");
+  EXPECT_EQ(first_line(head_for(*conf, "GET /api/users/x%20y%3Fz?q=1 HTTP/1.1\r\nHost: h\r\n\r\n")),
+            "GET /v2/users/x%20y%3Fz?q=1 HTTP/1.1");
+  // The URI is normalised first (dot-segments, merged slashes), as nginx's $uri.
+  EXPECT_EQ(first_line(head_for(*conf, "GET /api//a/./b/../c HTTP/1.1\r\nHost: h\r\n\r\n")), "GET /v2/a/c HTTP/1.1");
+  EXPECT_EQ(first_line(head_for(*conf, "GET /one?k=v HTTP/1.1\r\nHost: h\r\n\r\n")), "GET /single?k=v HTTP/1.0");
+  EXPECT_EQ(first_line(head_for(*conf, "GET /root/caf%C3%A9 HTTP/1.1\r\nHost: h\r\n\r\n")), "GET /caf%C3%A9 HTTP/1.0");
+  // proxy_host of an explicit port 80 omits it.
+  auto conf80 = load(std::string(kServer) + "location / { proxy_pass http://127.0.0.1:80; } }");
+  EXPECT_NE(head_for(*conf80, "GET / HTTP/1.1\r\nHost: h\r\n\r\n").find("\r\nHost: 127.0.0.1\r\n"), std::string::npos);
+}
+
+TEST(ProxyRequest, HopByHopAndConnectionNamedFieldsAreRemoved) {
+  auto conf = load(std::string(kServer) + "location / { proxy_pass http://127.0.0.1:8081; } }");
+  const std::string h = head_for(*conf,
+                                 "POST /p HTTP/1.1\r\nHost: h\r\nConnection: keep-alive, X-Private\r\n"
+                                 "X-Private: secret\r\nKeep-Alive: 5\r\nTE: trailers\r\nTrailer: X-T\r\n"
+                                 "Upgrade: websocket\r\nProxy-Authorization: Basic x\r\nProxy-Connection: keep-alive\r\n"
+                                 "Expect: 100-continue\r\nContent-Length: 3\r\nX-Public: yes\r\n\r\n",
+                                 BodyFraming::kLength, 3);
+  EXPECT_EQ(h,
+            "POST /p HTTP/1.0\r\nHost: 127.0.0.1:8081\r\nConnection: close\r\nContent-Length: 3\r\n"
+            "X-Public: yes\r\n\r\n");
+}
+
+TEST(ProxyRequest, NeverBothFramings) {
+  auto conf = load(std::string(kServer) + "location / { proxy_pass http://127.0.0.1:8081; proxy_http_version 1.1; } }");
+  const std::string chunked =
+      head_for(*conf, "POST /p HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n", BodyFraming::kChunked);
+  EXPECT_NE(chunked.find("\r\nTransfer-Encoding: chunked\r\n"), std::string::npos);
+  EXPECT_EQ(chunked.find("Content-Length"), std::string::npos);
+  const std::string length =
+      head_for(*conf, "POST /p HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n", BodyFraming::kLength, 11);
+  EXPECT_NE(length.find("\r\nContent-Length: 11\r\n"), std::string::npos);
+  EXPECT_EQ(length.find("Transfer-Encoding"), std::string::npos);
+  const std::string none = head_for(*conf, "GET /p HTTP/1.1\r\nHost: h\r\nContent-Length: 0\r\n\r\n");
+  EXPECT_EQ(none.find("Content-Length"), std::string::npos);
+}
+
+TEST(ProxyRequest, SetHeadersVariablesAndRemoval) {
+  auto conf = load(std::string(kServer) +
+                   "location / { proxy_pass http://backend; "
+                   "proxy_set_header Host $host; proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for; "
+                   "proxy_set_header X-Real-IP $remote_addr; proxy_set_header Accept-Encoding \"\"; "
+                   "proxy_set_header X-Uri \"$request_method $uri$is_args$args\"; proxy_set_header X-Missing $http_x_none; } } "
+                   "upstream backend { server 127.0.0.1:9; }");
+  const std::string h = head_for(*conf,
+                                 "GET /a?b=1 HTTP/1.1\r\nHost: WWW.Example.COM:8080\r\nX-Forwarded-For: 198.51.100.1\r\n"
+                                 "X-Real-IP: 6.6.6.6\r\nAccept-Encoding: gzip\r\nhost-ish: 1\r\n\r\n");
+  EXPECT_EQ(h,
+            "GET /a?b=1 HTTP/1.0\r\n"
+            "Host: www.example.com\r\n"
+            "X-Forwarded-For: 198.51.100.1, 192.0.2.10\r\n"
+            "X-Real-IP: 192.0.2.10\r\n"
+            "X-Uri: GET /a?b=1\r\n"
+            "Connection: close\r\n"
+            "host-ish: 1\r\n"
+            "\r\n");
+}
+
+TEST(ProxyRequest, PassRequestHeadersOff) {
+  auto conf = load(std::string(kServer) +
+                   "location / { proxy_pass http://127.0.0.1:81; proxy_pass_request_headers off; } }");
+  EXPECT_EQ(head_for(*conf, "GET / HTTP/1.1\r\nHost: h\r\nCookie: c=1\r\n\r\n"),
+            "GET / HTTP/1.0\r\nHost: 127.0.0.1:81\r\nConnection: close\r\n\r\n");
+}
+
+TEST(ProxyRequest, EscapeUri) {
+  std::string out;
+  append_escaped_uri("/a b#c%d?e\x01\x7f\xc3\xa9/ok~!$&'()*+,;=:@", out);
+  EXPECT_EQ(out, "/a%20b%23c%25d%3Fe%01%7F%C3%A9/ok~!$&'()*+,;=:@");
+}
+
+TEST(ProxyRequest, Idempotency) {
+  auto conf = load(std::string(kServer) + "location / { proxy_pass http://127.0.0.1:81; } }");
+  for (const char* m : {"GET", "HEAD", "PUT", "DELETE", "OPTIONS", "PURGE"}) {
+    RequestOnly ex(*conf, std::string(m) + " / HTTP/1.1\r\nHost: h\r\n\r\n");
+    EXPECT_TRUE(idempotent(ex.request())) << m;
+  }
+  for (const char* m : {"POST", "PATCH", "LOCK"}) {
+    RequestOnly ex(*conf, std::string(m) + " / HTTP/1.1\r\nHost: h\r\n\r\n");
+    EXPECT_FALSE(idempotent(ex.request())) << m;
+  }
+}
+
+// ---- the response head passed to the client ----
+
+struct Upstream {
+  std::string raw;
+  http::HeaderField fields[32];
+  http::ParsedResponse resp;
+  explicit Upstream(std::string r, bool head = false) : raw(std::move(r)) {
+    resp.fields = fields;
+    EXPECT_EQ(http::parse_response_head(raw, resp, http::ResponseLimits{}, head).status, http::ParseStatus::kComplete);
+  }
+};
+
+TEST(ProxyResponse, FieldsPassedAndRemoved) {
+  auto conf = load(std::string(kServer) + "location / { proxy_pass http://127.0.0.1:81; } }");
+  const ProxyLocationConf& p = conf->http.servers[0]->locations[0].proxy;
+  Upstream u(
+      "HTTP/1.1 201 Created\r\nServer: origin\r\nDate: Mon, 01 Jan 2001 00:00:00 GMT\r\nContent-Type: text/plain\r\n"
+      "Content-Length: 4\r\nConnection: keep-alive, X-Hop\r\nX-Hop: 1\r\nKeep-Alive: timeout=5\r\nETag: \"v1\"\r\n"
+      "Location: /new\r\nSet-Cookie: a=1\r\nSet-Cookie: b=2\r\nX-Pad: avoid\r\nX-Accel-Expires: 10\r\n"
+      "Last-Modified: Tue, 02 Jan 2001 00:00:00 GMT\r\nProxy-Connection: close\r\nVary: Accept\r\n\r\n");
+  http::ResponseHead h;
+  build_response_head(u.resp, p, h);
+  EXPECT_EQ(h.status, 201);
+  EXPECT_EQ(h.content_type, "text/plain");
+  EXPECT_EQ(h.content_length, 4);
+  EXPECT_EQ(h.etag, "\"v1\"");
+  EXPECT_EQ(h.location, "/new");
+  EXPECT_EQ(h.extra,
+            "Set-Cookie: a=1\r\nSet-Cookie: b=2\r\nLast-Modified: Tue, 02 Jan 2001 00:00:00 GMT\r\nVary: Accept\r\n");
+}
+
+TEST(ProxyResponse, LengthOnlyWhenTheUpstreamGaveOne) {
+  auto conf = load(std::string(kServer) + "location / { proxy_pass http://127.0.0.1:81; } }");
+  const ProxyLocationConf& p = conf->http.servers[0]->locations[0].proxy;
+  http::ResponseHead h;
+  build_response_head(Upstream("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n").resp, p, h);
+  EXPECT_EQ(h.content_length, -1);  // the client connection re-chunks (or closes for HTTP/1.0)
+  EXPECT_EQ(h.extra, "");
+  build_response_head(Upstream("HTTP/1.0 200 OK\r\n\r\n").resp, p, h);
+  EXPECT_EQ(h.content_length, -1);
+  build_response_head(Upstream("HTTP/1.1 200 OK\r\nContent-Length: 99\r\n\r\n", /*head=*/true).resp, p, h);
+  EXPECT_EQ(h.content_length, 99);  // HEAD: the length a GET would have
+}
+
+TEST(ProxyResponse, HideAndPassHeader) {
+  auto conf = load(std::string(kServer) +
+                   "location / { proxy_pass http://127.0.0.1:81; proxy_hide_header X-Internal; proxy_pass_header Server; "
+                   "proxy_pass_header X-Pad; } }");
+  const ProxyLocationConf& p = conf->http.servers[0]->locations[0].proxy;
+  http::ResponseHead h;
+  build_response_head(
+      Upstream("HTTP/1.1 200 OK\r\nServer: origin\r\nX-Internal: 1\r\nX-Pad: avoid\r\nDate: x\r\nContent-Length: 0\r\n\r\n").resp,
+      p, h);
+  EXPECT_EQ(h.extra, "Server: origin\r\nX-Pad: avoid\r\n");
+}
+
+// ---- directives ----
+
+TEST(ProxyConfig, Defaults) {
+  auto conf = load(std::string(kServer) + "location / { proxy_pass http://127.0.0.1:81; } }");
+  const ProxyLocationConf& p = conf->http.servers[0]->locations[0].proxy;
+  EXPECT_TRUE(p.pass);
+  EXPECT_EQ(p.http_version_minor, 0);
+  EXPECT_EQ(p.connect_timeout_ms, 60000u);
+  EXPECT_EQ(p.read_timeout_ms, 60000u);
+  EXPECT_EQ(p.send_timeout_ms, 60000u);
+  EXPECT_TRUE(p.buffering);
+  EXPECT_EQ(p.buffer_size, 4096u);
+  EXPECT_EQ(p.next_upstream, kNextError | kNextTimeout);
+  EXPECT_EQ(p.next_upstream_tries, 0u);
+  std::vector<std::string> names;
+  for (const ProxySetHeader& h : p.headers) names.push_back(h.name + "=" + h.value);
+  EXPECT_EQ(names, (std::vector<std::string>{"Host=$proxy_host", "Connection=close", "TE=", "Keep-Alive=",
+                                             "Expect=", "Upgrade="}));
+  EXPECT_EQ(p.hidden.size(), 8u);
+  ASSERT_NE(p.upstream, nullptr);
+  EXPECT_TRUE(p.upstream->implicit);
+  EXPECT_EQ(p.upstream->servers[0].addr_text, "127.0.0.1:81");
+  EXPECT_EQ(p.proxy_host, "127.0.0.1:81");
+  EXPECT_EQ(p.proxy_port, 81);
+}
+
+TEST(ProxyConfig, InheritanceIsNginxs) {
+  auto conf = load(
+      "proxy_set_header X-A 1; proxy_read_timeout 5s; proxy_http_version 1.1; "
+      "server { listen 127.0.0.1:8080; proxy_connect_timeout 2s; "
+      "location /inherits/ { proxy_pass http://127.0.0.1:81; } "
+      "location /own/ { proxy_pass http://127.0.0.1:81; proxy_set_header X-B 2; proxy_buffering off; "
+      "  location /own/nested/ { proxy_pass http://127.0.0.1:82; } } "
+      "location /plain/ { location /plain/inner/ { } } }");
+  const auto& locs = conf->http.servers[0]->locations;
+  const ProxyLocationConf& inh = locs[0].proxy;
+  EXPECT_EQ(inh.read_timeout_ms, 5000u);
+  EXPECT_EQ(inh.connect_timeout_ms, 2000u);
+  EXPECT_EQ(inh.http_version_minor, 1);
+  ASSERT_EQ(inh.set_header.size(), 1u);
+  EXPECT_EQ(inh.set_header[0].name, "X-A");
+  const ProxyLocationConf& own = locs[1].proxy;
+  ASSERT_EQ(own.set_header.size(), 1u);  // a block with its own list does not inherit the outer one
+  EXPECT_EQ(own.set_header[0].name, "X-B");
+  EXPECT_FALSE(own.buffering);
+  const ProxyLocationConf& nested = locs[1].locations[0].proxy;
+  EXPECT_FALSE(nested.buffering);
+  EXPECT_EQ(nested.set_header[0].name, "X-B");
+  EXPECT_EQ(nested.upstream->servers[0].addr_text, "127.0.0.1:82");
+  // proxy_pass is not inherited (nginx): a nested location without it serves files.
+  EXPECT_FALSE(locs[2].proxy.pass);
+  EXPECT_FALSE(locs[2].locations[0].proxy.pass);
+}
+
+TEST(ProxyConfig, UpstreamBlock) {
+  auto conf = load(
+      "upstream app { server 10.0.0.1:8080 weight=3 max_fails=2 fail_timeout=30s; server [::1]:81 down; "
+      "server localhost backup; keepalive 16; keepalive_timeout 30s; keepalive_requests 500; } "
+      "upstream h { hash $request_uri consistent; server 10.0.0.2; server 10.0.0.3; } "
+      "server { listen 127.0.0.1:8080; location / { proxy_pass http://app; } location /h/ { proxy_pass http://h/; } "
+      "location /a/ { proxy_pass http://10.9.9.9:7; } location /b/ { proxy_pass http://10.9.9.9:7/b/; } }");
+  const auto& ups = conf->http.proxy.upstreams;
+  ASSERT_EQ(ups.size(), 3u);  // two blocks and one implicit group shared by /a/ and /b/
+  const UpstreamConf& app = *ups[0];
+  EXPECT_EQ(app.name, "app");
+  EXPECT_EQ(app.index, 0u);
+  ASSERT_EQ(app.servers.size(), 3u);
+  EXPECT_EQ(app.servers[0].weight, 3u);
+  EXPECT_EQ(app.servers[0].max_fails, 2u);
+  EXPECT_EQ(app.servers[0].fail_timeout_ms, 30000u);
+  EXPECT_EQ(app.servers[1].addr_text, "[::1]:81");
+  EXPECT_TRUE(app.servers[1].down);
+  EXPECT_EQ(app.servers[2].addr_text, "127.0.0.1:80");
+  EXPECT_TRUE(app.servers[2].backup);
+  EXPECT_EQ(app.keepalive, 16u);
+  EXPECT_EQ(app.keepalive_timeout_ms, 30000u);
+  EXPECT_EQ(app.keepalive_requests, 500u);
+  EXPECT_TRUE(ups[1]->hash_consistent);
+  EXPECT_EQ(ups[1]->hash_key_text, "$request_uri");
+  const auto& locs = conf->http.servers[0]->locations;
+  EXPECT_EQ(locs[0].proxy.upstream, &app);
+  EXPECT_EQ(locs[0].proxy.proxy_host, "app");
+  EXPECT_EQ(locs[1].proxy.upstream, ups[1].get());
+  EXPECT_EQ(locs[2].proxy.upstream, locs[3].proxy.upstream);
+  EXPECT_TRUE(ups[2]->implicit);
+  EXPECT_EQ(ups[2]->index, 2u);
+}
+
+TEST(ProxyConfig, Errors) {
+  const std::string srv = "server { listen 127.0.0.1:8080; ";
+  EXPECT_NE(load_error(srv + "location / { proxy_pass http://nosuch; } }").find("host not found in upstream \"nosuch\""),
+            std::string::npos);
+  EXPECT_NE(load_error("upstream u { server 10.0.0.1; } " + srv + "location / { proxy_pass http://u:8080; } }")
+                .find("upstream \"u\" may not have port 8080"),
+            std::string::npos);
+  EXPECT_NE(load_error(srv + "location ~ x { proxy_pass http://10.0.0.1/x; } }").find("cannot have URI part"),
+            std::string::npos);
+  EXPECT_NE(load_error(srv + "location / { proxy_pass https://10.0.0.1; } }").find("https protocol requires SSL"),
+            std::string::npos);
+  EXPECT_NE(load_error(srv + "location / { proxy_pass ftp://10.0.0.1; } }").find("invalid URL prefix"),
+            std::string::npos);
+  EXPECT_NE(load_error(srv + "location / { proxy_pass http://10.0.0.1:99999; } }").find("invalid port"),
+            std::string::npos);
+  EXPECT_NE(load_error(srv + "proxy_pass http://10.0.0.1; }").find("not allowed here"), std::string::npos);
+  EXPECT_NE(load_error("upstream u { keepalive 4; }").find("no servers are inside upstream \"u\""), std::string::npos);
+  EXPECT_NE(load_error("upstream u { server 10.0.0.1; } upstream u { server 10.0.0.2; }").find("duplicate upstream"),
+            std::string::npos);
+  EXPECT_NE(load_error("upstream u { server 10.0.0.1 weight=0; }").find("invalid parameter \"weight=0\""),
+            std::string::npos);
+  EXPECT_NE(load_error("upstream u { server example.com; }").find("host not found in upstream \"example.com\""),
+            std::string::npos);
+  EXPECT_NE(load_error("upstream u { server unix:/tmp/s; }").find("unix domain sockets"), std::string::npos);
+  EXPECT_NE(load_error("upstream u { hash $uri; server 10.0.0.1; server 10.0.0.2 backup; }").find("backup"),
+            std::string::npos);
+  EXPECT_NE(load_error("upstream u { server 10.0.0.1; least_time header; }").find("unknown directive \"least_time\""),
+            std::string::npos);
+  EXPECT_NE(load_error("upstream u { server 10.0.0.1; hash $nosuchvar; }").find("unknown \"nosuchvar\" variable"),
+            std::string::npos);
+  EXPECT_NE(load_error("proxy_next_upstream off error;").find("invalid value"), std::string::npos);
+  EXPECT_NE(load_error("proxy_next_upstream http_418;").find("invalid value \"http_418\""), std::string::npos);
+  EXPECT_NE(load_error("proxy_http_version 2.0;").find("invalid value \"2.0\""), std::string::npos);
+  EXPECT_NE(load_error("proxy_set_header X-A $nosuch;").find("unknown \"nosuch\" variable"), std::string::npos);
+}
+
+TEST(ProxyConfig, NextUpstreamFlags) {
+  auto conf = load(std::string(kServer) +
+                   "location / { proxy_pass http://127.0.0.1:81; proxy_next_upstream error http_502 http_504 "
+                   "non_idempotent; proxy_next_upstream_tries 3; proxy_next_upstream_timeout 10s; } "
+                   "location /off/ { proxy_pass http://127.0.0.1:81; proxy_next_upstream off; } }");
+  const ProxyLocationConf& p = conf->http.servers[0]->locations[0].proxy;
+  EXPECT_EQ(p.next_upstream, kNextError | kNextHttp502 | kNextHttp504 | kNextNonIdempotent);
+  EXPECT_EQ(p.next_upstream_tries, 3u);
+  EXPECT_EQ(p.next_upstream_timeout_ms, 10000u);
+  EXPECT_EQ(conf->http.servers[0]->locations[1].proxy.next_upstream, 0u);
+}
+
+}  // namespace
+}  // namespace kosoku::proxy
