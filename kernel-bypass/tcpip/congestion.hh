@@ -1,0 +1,94 @@
+// Congestion control for one connection: NewReno, i.e. RFC 5681 slow start / congestion avoidance with
+// RFC 6582 fast retransmit and fast recovery (partial ACKs keep the connection in recovery; a full ACK of
+// `recover` ends it). Byte counting: slow start adds min(acked, SMSS) per ACK (RFC 5681 §3.1, L = 1 SMSS).
+// Initial window per RFC 6928: min(10·SMSS, max(2·SMSS, 14600)). Pure arithmetic, no timers, no I/O.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+#include "kernel-bypass/tcpip/tcp_segment.hh"
+
+namespace kosoku::tcpip {
+
+class NewReno {
+ public:
+  static constexpr unsigned kDupAckThreshold = 3;
+
+  explicit NewReno(uint32_t smss = 536) { reset(smss); }
+  void reset(uint32_t smss) {
+    smss_ = smss;
+    cwnd_ = std::min(10 * smss, std::max(2 * smss, 14600u));
+    ssthresh_ = UINT32_MAX;
+    dupacks_ = 0;
+    recovery_ = false;
+  }
+
+  uint32_t cwnd() const { return cwnd_; }
+  uint32_t ssthresh() const { return ssthresh_; }
+  bool in_recovery() const { return recovery_; }
+  unsigned dupacks() const { return dupacks_; }
+
+  /// An ACK advanced SND.UNA to `ack`, acknowledging `acked` bytes; `flight` = bytes outstanding after it.
+  /// Returns true for a partial ACK during recovery: the caller retransmits the first unacknowledged
+  /// segment and restarts the retransmission timer (RFC 6582 §3.2 step 3).
+  bool on_ack(SeqNum ack, uint32_t acked, uint32_t flight) {
+    dupacks_ = 0;
+    if (recovery_) {
+      if (ack >= recover_) {  // full ACK (step 4): deflate
+        recovery_ = false;
+        cwnd_ = std::min(ssthresh_, std::max(flight, smss_) + smss_);
+        return false;
+      }
+      cwnd_ = cwnd_ > acked ? cwnd_ - acked : 0;  // partial ACK: deflate by what was acked...
+      if (acked >= smss_) cwnd_ += smss_;          // ...and add back one SMSS
+      cwnd_ = std::max(cwnd_, smss_);
+      return true;
+    }
+    if (cwnd_ < ssthresh_) {
+      cwnd_ += std::min(acked, smss_);
+    } else {
+      cwnd_ += std::max(1u, static_cast<uint32_t>(static_cast<uint64_t>(smss_) * smss_ / cwnd_));
+    }
+    return false;
+  }
+
+  /// A duplicate ACK (RFC 5681 §2). `snd_una`, `snd_max` (highest sequence sent + 1) and `flight` as now.
+  /// Returns true when the caller must fast-retransmit the segment at SND.UNA (the third duplicate, and the
+  /// ACK covers more than `recover`, RFC 6582 §3.2 step 2).
+  bool on_dupack(SeqNum snd_una, SeqNum snd_max, uint32_t flight) {
+    if (recovery_) {
+      cwnd_ += smss_;  // step 3 inflation: each dupack means a segment left the network
+      return false;
+    }
+    if (++dupacks_ != kDupAckThreshold) return false;
+    if (have_recover_ && !(snd_una - 1 > recover_)) return false;  // still ≤ recover: no second reduction
+    ssthresh_ = std::max(flight / 2, 2 * smss_);
+    recover_ = snd_max;
+    have_recover_ = true;
+    recovery_ = true;
+    cwnd_ = ssthresh_ + kDupAckThreshold * smss_;
+    return true;
+  }
+
+  /// The retransmission timer expired (RFC 5681 §3.1 eq. 4, loss window = 1 SMSS; RFC 6582 §4 sets recover).
+  void on_timeout(uint32_t flight, SeqNum snd_max) {
+    ssthresh_ = std::max(flight / 2, 2 * smss_);
+    cwnd_ = smss_;
+    recovery_ = false;
+    dupacks_ = 0;
+    recover_ = snd_max;
+    have_recover_ = true;
+  }
+
+ private:
+  uint32_t smss_ = 536;
+  uint32_t cwnd_ = 0;
+  uint32_t ssthresh_ = UINT32_MAX;
+  unsigned dupacks_ = 0;
+  bool recovery_ = false;
+  bool have_recover_ = false;
+  SeqNum recover_;
+};
+
+}  // namespace kosoku::tcpip

@@ -1,0 +1,216 @@
+// One TCP connection (RFC 9293 transmission control block) and its net::Stream face.
+//
+// Send side: the Stream's output chain IS the send buffer and the retransmission queue: committed bytes
+// (owned blocks, or caller-owned write_ref blocks) stay in the chain until acknowledged, and each segment
+// copies its payload straight from the chain into the frame buffer (one copy, no per-segment allocation).
+// In flight ≤ min(cwnd, peer window, send_window_bytes). Callers pace themselves with set_low_water /
+// on_writable exactly as with the kernel backend; pending_output() is the unacknowledged byte count.
+// Receive side: in-order bytes in a contiguous input buffer (Stream::input), out-of-order segments in a
+// sorted list; both together never exceed recv_buffer_bytes, which is what the advertised window says.
+// The right window edge never moves left (RFC 9293 §3.8.6.2.2 / MUST-34).
+//
+// Close: kGraceful sends what is queued then FIN, discards further input, and reports on_closed once both
+// FINs are acknowledged (TIME_WAIT or CLOSED), or after lingering_time_ms with an RST. kAbort sends RST.
+// The TCB may outlive on_closed (TIME_WAIT); memory is freed by TcpStack::reap(), never inside a callback.
+#pragma once
+
+#include <netinet/in.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/net/stream.hh"
+#include "core/reactor/timer_wheel.hh"
+#include "kernel-bypass/tcpip/congestion.hh"
+#include "kernel-bypass/tcpip/isn.hh"
+#include "kernel-bypass/tcpip/tcp_segment.hh"
+
+namespace kosoku::tcpip {
+
+class TcpStack;
+
+enum class TcpState : uint8_t {
+  kClosed, kSynSent, kSynReceived, kEstablished, kFinWait1, kFinWait2, kCloseWait, kClosing, kLastAck, kTimeWait,
+};
+const char* state_name(TcpState s);
+
+class Tcb final : public net::Stream {
+ public:
+  Tcb(TcpStack& stack, const FourTuple& tuple);
+  Tcb(const Tcb&) = delete;
+  Tcb& operator=(const Tcb&) = delete;
+  ~Tcb();
+
+  // ---- opening (called by TcpStack) ----
+  /// Active open: send SYN, state SYN_SENT.
+  void open_active(net::StreamHandler* handler);
+  /// Passive open from a SYN received on a listener: state SYN_RECEIVED, send SYN-ACK.
+  void open_passive(const TcpSegment& syn, bool listener_backlog);
+  /// Passive open completed by a valid SYN cookie: straight to ESTABLISHED with the cookie's MSS.
+  void open_from_cookie(const TcpSegment& ack, SeqNum iss, uint16_t mss);
+  void set_handler(net::StreamHandler* h) { handler_ = h; }
+  /// Drop the connection: state CLOSED, timers off, on_closed(error) if not yet told, table removal (the
+  /// memory is freed by TcpStack::reap()).
+  void terminate(int error);
+
+  /// Processes one segment for this connection (RFC 9293 §3.10.7.3 / §3.10.7.4).
+  void segment_arrives(const TcpSegment& seg);
+
+  TcpState state() const { return state_; }
+  const FourTuple& tuple() const { return tuple_; }
+  bool counts_in_backlog() const { return in_backlog_; }
+  void leave_backlog() { in_backlog_ = false; }
+  bool counted() const { return counted_; }
+  void set_counted() { counted_ = true; }
+  bool finished() const { return state_ == TcpState::kClosed; }
+  // Introspection for tests and stats.
+  SeqNum snd_una() const { return snd_una_; }
+  SeqNum snd_nxt() const { return snd_nxt_; }
+  SeqNum rcv_nxt() const { return rcv_nxt_; }
+  uint32_t snd_wnd() const { return snd_wnd_; }
+  uint32_t cwnd() const { return cc_.cwnd(); }
+  uint64_t rto_ms() const { return rto_ms_; }
+  uint16_t mss() const { return mss_; }
+  uint8_t snd_wscale() const { return snd_wscale_; }
+  uint8_t rcv_wscale() const { return rcv_wscale_; }
+  bool timestamps() const { return ts_ok_; }
+  uint32_t ts_recent() const { return ts_recent_; }
+  size_t buffer_bytes() const { return in_cap_ + out_block_bytes_; }
+
+  // ---- net::Stream ----
+  std::span<const char> input() const override { return {in_buf_ + in_begin_, in_end_ - in_begin_}; }
+  void consume(size_t n) override;
+  void pause_reading() override { paused_ = true; }
+  void resume_reading() override;
+  std::span<char> reserve(size_t min_bytes) override;
+  void commit(size_t n) override;
+  void write_ref(const char* data, size_t len) override;
+  void flush() override;
+  size_t pending_output() const override { return out_bytes_; }
+  void set_low_water(size_t bytes) override { low_water_ = bytes; }
+  void close(Close how) override;
+  const sockaddr* peer() const override { return reinterpret_cast<const sockaddr*>(&peer_addr_); }
+  std::string_view peer_text() const override { return peer_text_; }
+  uint16_t local_port() const override { return tuple_.local_port; }
+
+ private:
+  enum class TimerKind : uint8_t { kRetransmit, kDelayedAck, kPersist, kTimeWait, kLinger, kNotify };
+  struct TcbTimer final : reactor::Timer {
+    Tcb* tcb;
+    TimerKind kind;
+    TcbTimer(Tcb* t, TimerKind k) : tcb(t), kind(k) {}
+    void fire() override { tcb->on_timer(kind); }
+  };
+  struct OutBlock;
+  struct OooSegment {
+    SeqNum seq;
+    std::string data;
+    bool fin;
+  };
+
+  void on_timer(TimerKind k);
+  void on_retransmit_timer();
+  void on_persist_timer();
+  void arm(TcbTimer& t, uint64_t delay_ms);
+
+  // Input processing steps.
+  void syn_sent_arrives(const TcpSegment& seg);
+  bool acceptable(const TcpSegment& seg) const;
+  void process_ack(const TcpSegment& seg);
+  void process_text(const TcpSegment& seg);
+  void peer_fin();
+  void take_syn_options(const TcpOptions& o, bool we_offered);
+  void challenge_ack();
+
+  // Output.
+  void output();
+  /// Sends one segment: `len` payload bytes from sequence `seq` (0 for control segments).
+  void send_segment(SeqNum seq, size_t len, uint8_t flags);
+  void send_ack() { send_segment(snd_nxt_, 0, tcp_flag::kAck); }
+  void send_syn();
+  void send_rst(SeqNum seq);
+  uint32_t rcv_space() const;
+  uint16_t window_field(bool syn);
+  uint32_t ts_now() const;
+  void arm_retransmit();
+  void rtt_sample(uint64_t rtt_ms);
+  size_t copy_out(size_t offset, uint8_t* dst, size_t len) const;
+  void drop_acked(size_t n);
+  void append_block(OutBlock* b);
+  SeqNum fin_seq() const { return data_seq_ + static_cast<uint32_t>(out_bytes_); }
+  bool fin_acked() const { return fin_sent_ && snd_una_ > fin_seq(); }
+
+  // State changes and endings.
+  void enter(TcpState s);
+  void enter_time_wait();
+  /// The connection is over for the application: on_closed(error) once.
+  void notify_closed(int error);
+  void notify_readable();
+
+  TcpStack& stack_;
+  FourTuple tuple_;
+  sockaddr_in peer_addr_{};
+  std::string peer_text_;
+  net::StreamHandler* handler_ = nullptr;
+  TcpState state_ = TcpState::kClosed;
+  bool passive_ = false;
+  bool in_backlog_ = false;
+  bool closing_ = false;         // application called close()
+  bool closed_notified_ = false; // on_closed delivered
+  bool paused_ = false;
+  bool counted_ = false;        // counts in TcpStack::open_streams (until on_closed)
+  bool fin_queued_ = false;      // our FIN is to follow the queued data
+  bool fin_sent_ = false;
+  bool peer_fin_ = false;
+
+  // Send sequence space (RFC 9293 §3.3.1). snd_max_: highest sequence sent + 1 (snd_nxt_ drops back to
+  // snd_una_ after an RTO). data_seq_: sequence of the first byte in the output chain.
+  SeqNum iss_, snd_una_, snd_nxt_, snd_max_, snd_wl1_, snd_wl2_, data_seq_;
+  uint32_t snd_wnd_ = 0;
+  uint32_t max_snd_wnd_ = 0;
+  // Receive sequence space. rcv_adv_: right edge of the window last advertised.
+  SeqNum irs_, rcv_nxt_, rcv_adv_, last_ack_sent_;
+  uint16_t mss_ = 536;           // payload bytes per segment (options excluded)
+  uint16_t peer_mss_ = 536;
+  uint8_t snd_wscale_ = 0, rcv_wscale_ = 0;
+  bool ws_ok_ = false, ts_ok_ = false;
+  uint32_t ts_recent_ = 0;
+  uint32_t ts_offset_ = 0;
+
+  // RFC 6298 estimator (ms) and Karn's timing of one segment when timestamps are off.
+  uint64_t srtt_ms_ = 0, rttvar_ms_ = 0, rto_ms_ = 1000;
+  bool have_rtt_ = false;
+  bool timing_ = false;
+  SeqNum timed_seq_;
+  uint64_t timed_at_ms_ = 0;
+  unsigned retries_ = 0;
+  uint64_t persist_ms_ = 0;
+  NewReno cc_;
+  unsigned unacked_segments_ = 0;  // received, not yet acknowledged (delayed ACK)
+  uint64_t last_challenge_ms_ = 0;
+  unsigned challenges_this_second_ = 0;
+
+  // Output chain.
+  OutBlock* head_ = nullptr;
+  OutBlock* tail_ = nullptr;
+  size_t out_bytes_ = 0;         // committed, not acknowledged
+  size_t out_block_bytes_ = 0;   // capacity of owned blocks (memory accounting)
+  size_t low_water_ = 0;
+
+  // Input.
+  char* in_buf_ = nullptr;
+  size_t in_cap_ = 0, in_begin_ = 0, in_end_ = 0;
+  std::vector<OooSegment> ooo_;
+  size_t ooo_bytes_ = 0;
+
+  TcbTimer rtx_timer_{this, TimerKind::kRetransmit};
+  TcbTimer delack_timer_{this, TimerKind::kDelayedAck};
+  TcbTimer persist_timer_{this, TimerKind::kPersist};
+  TcbTimer tw_timer_{this, TimerKind::kTimeWait};
+  TcbTimer linger_timer_{this, TimerKind::kLinger};
+  TcbTimer notify_timer_{this, TimerKind::kNotify};  // deferred on_readable after resume_reading
+  std::vector<char> scratch_;  // reserve() target after close (writes are discarded)
+};
+
+}  // namespace kosoku::tcpip

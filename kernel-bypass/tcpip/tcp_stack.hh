@@ -1,0 +1,150 @@
+// kosoku's own TCP (RFC 9293) for one core, implementing net::Stack so the HTTP engine runs on it unchanged.
+// Independent of DPDK: it sits on an Interface (IPv4/ARP) over any PacketIO, a TimerWheel and a Clock, so the
+// unit tests drive two instances against each other through an in-memory pipe.
+//
+// What is implemented (see tcb.hh for the per-connection details): the full state machine including
+// simultaneous open and close and TIME_WAIT; passive open with a SYN backlog per listener and SYN cookies
+// (RFC 4987 §3.6) when it overflows; active open (connect) from an ephemeral port; MSS (RFC 9293 §3.7.1,
+// RFC 6691), window scaling and timestamps with PAWS (RFC 7323); RTO per RFC 6298 with Karn's algorithm and
+// exponential backoff; NewReno fast retransmit / recovery (RFC 5681, RFC 6582); delayed ACKs (every second
+// full segment or delayed_ack_ms); zero-window probes (persist timer); RST handling with RFC 5961 challenge
+// ACKs (rate-limited per connection); ISNs per RFC 6528 (isn.hh); RST for segments to closed ports.
+// Not implemented (fail loudly where a caller could depend on it): SACK (not negotiated), keep-alive, urgent
+// data (ignored), IPv6 (listen/connect refuse it), ECN, flow steering between cores (one queue per port).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "core/net/stream.hh"
+#include "core/reactor/timer_wheel.hh"
+#include "core/stats/counters.hh"
+#include "kernel-bypass/tcpip/interface.hh"
+#include "kernel-bypass/tcpip/isn.hh"
+#include "kernel-bypass/tcpip/tcp_segment.hh"
+
+namespace kosoku::tcpip {
+
+/// The clock the stack runs on (Reactor::now_ms in production, a simulated clock in tests).
+class Clock {
+ public:
+  virtual uint64_t now_ms() const = 0;
+  virtual uint64_t now_us() const = 0;
+
+ protected:
+  ~Clock() = default;
+};
+
+struct TcpConfig {
+  uint32_t max_streams = 1024;               // worker_connections: open streams (not TIME_WAIT) per core
+  uint32_t recv_buffer_bytes = 256 * 1024;   // per connection: in-order + out-of-order bytes held; bounds
+                                             // the advertised window
+  uint32_t send_window_bytes = 1024 * 1024;  // per connection: cap on bytes in flight (with cwnd and rwnd)
+  uint64_t rto_initial_ms = 1000;            // RFC 6298 §2.1
+  uint64_t rto_min_ms = 200;                 // RFC 6298 §2.4 says 1 s; 200 ms as Linux (TCP_RTO_MIN)
+  uint64_t rto_max_ms = 60000;
+  unsigned max_retransmits = 12;             // then the connection fails with ETIMEDOUT
+  unsigned syn_retries = 6;
+  uint64_t delayed_ack_ms = 40;              // RFC 9293 §3.8.6.3: < 0.5 s
+  uint64_t time_wait_ms = 60000;             // 2·MSL with MSL = 30 s
+  uint64_t lingering_time_ms = 30000;        // bound on a graceful close (FIN_WAIT_2, unread peer)
+  uint64_t persist_max_ms = 60000;           // zero-window probe interval cap
+  uint16_t ephemeral_first = 32768, ephemeral_last = 60999;
+  bool window_scaling = true;
+  bool timestamps = true;
+  bool syn_cookies = true;
+};
+
+/// Per-core TCP counters (plain fields, owning core only).
+struct TcpStats {
+  uint64_t segments_in = 0, segments_out = 0, bad_checksum = 0, bad_header = 0;
+  uint64_t retransmits = 0, fast_retransmits = 0, rto_expired = 0, zero_window_probes = 0;
+  uint64_t dup_acks_in = 0, out_of_order_in = 0, paws_dropped = 0, challenge_acks = 0;
+  uint64_t rst_in = 0, rst_out = 0, resets_to_closed_port = 0;
+  uint64_t syn_in = 0, syn_backlog_full = 0, syn_cookies_sent = 0, syn_cookies_ok = 0, syn_cookies_bad = 0;
+  uint64_t active_opens = 0, passive_opens = 0, established = 0, refused_max_streams = 0, timeouts = 0;
+  uint64_t time_wait = 0;  // gauge
+};
+
+class Tcb;
+
+class TcpStack final : public net::Stack, public L4Handler {
+ public:
+  TcpStack(Interface& ip, reactor::TimerWheel& timers, const Clock& clock, stats::CoreStats& core_stats,
+           const TcpConfig& conf);
+  ~TcpStack() override;
+
+  // net::Stack. listen: AF_INET sockets whose address is 0.0.0.0 or the interface address; anything else
+  // (IPv6, another address) is refused with -EADDRNOTAVAIL and "network dpdk: not supported yet: ...".
+  int listen(const std::vector<config::ListenSocket>& sockets, net::AcceptHandler& handler,
+             std::string* err) override;
+  net::Stream* connect(const sockaddr* addr, socklen_t addr_len, net::StreamHandler& handler,
+                       std::string* err) override;
+  void stop_accepting() override;
+  size_t open_streams() const override { return open_; }
+
+  /// Listen on `port` with a SYN backlog of `backlog` half-open connections (tests and the DPDK glue).
+  /// `socket` is passed to AcceptHandler::on_accept (may be null: an empty ListenSocket is passed).
+  int listen_port(uint16_t port, uint32_t backlog, net::AcceptHandler& handler,
+                  const config::ListenSocket* socket = nullptr);
+  /// Active open from a chosen local port (simultaneous-open tests); 0 picks an ephemeral port.
+  net::Stream* connect_from(uint16_t local_port, Ipv4Addr dst, uint16_t dst_port, net::StreamHandler& handler,
+                            std::string* err);
+
+  // L4Handler: one TCP segment from the interface.
+  void received(const Ipv4Header& ip, std::span<const uint8_t> l4) override;
+
+  /// Frees connections that finished (call once per loop iteration after input processing; never from
+  /// inside a StreamHandler callback).
+  void reap();
+
+  const TcpStats& stats() const { return stats_; }
+  const TcpConfig& config() const { return conf_; }
+  /// Connections in the table, TIME_WAIT included.
+  size_t connections() const { return table_.size(); }
+  /// Bytes one idle established connection costs (TCB plus its empty buffers), for the stats page.
+  size_t idle_connection_bytes() const;
+
+ private:
+  friend class Tcb;
+  struct Listener {
+    net::AcceptHandler* handler = nullptr;
+    const config::ListenSocket* socket = nullptr;
+    uint32_t backlog = 0;
+    uint32_t half_open = 0;
+  };
+
+  void on_listen_segment(Listener& l, const FourTuple& t, const TcpSegment& seg);
+  bool accept_cookie(Listener& l, const FourTuple& t, const TcpSegment& seg);
+  /// A segment outside any connection (RFC 9293 §3.10.7.1 reset generation, or SYN-ACK cookies).
+  void send_control(const FourTuple& t, SeqNum seq, SeqNum ack, uint8_t flags, uint16_t window,
+                    const TcpOptions& options);
+  void reset_for(const FourTuple& t, const TcpSegment& seg);
+  uint16_t pick_ephemeral(Ipv4Addr dst, uint16_t dst_port);
+  // Called by Tcb.
+  void established(Tcb& tcb);
+  void stream_closed(Tcb& tcb);
+  void remove(Tcb& tcb);
+  uint64_t now_ms() const { return clock_.now_ms(); }
+
+  Interface& ip_;
+  reactor::TimerWheel& timers_;
+  const Clock& clock_;
+  stats::CoreStats& core_stats_;
+  TcpConfig conf_;
+  SequenceKeys keys_;
+  TcpStats stats_;
+  absl::flat_hash_map<FourTuple, Tcb*> table_;
+  absl::flat_hash_map<uint16_t, Listener> listeners_;
+  std::vector<Tcb*> zombies_;
+  size_t open_ = 0;
+  bool accepting_ = true;
+  uint16_t next_ephemeral_ = 0;
+  config::ListenSocket empty_socket_;
+};
+
+}  // namespace kosoku::tcpip
