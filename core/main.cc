@@ -18,9 +18,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/base/log.hh"
+#include "core/cache/cache_paths.hh"
+#include "core/cache/purge.hh"
 #include "core/config/check.hh"
 #include "core/config/loader.hh"
 #include "core/disk/disk_queue.hh"
+#include "core/net/kernel_stack.hh"
 #include "core/worker.hh"
 #include "image/console.hh"
 #include "image/pid1.hh"
@@ -154,8 +157,32 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
+  for (const kosoku::config::ListenSocket& ls : conf.http.listen_sockets) {
+    std::string err;
+    if (kosoku::net::probe_listen_address(ls.conf, &err) < 0) {
+      if (pid1) appliance::fatal(err);
+      std::fprintf(stderr, "kosoku: [emerg] %s\n", err.c_str());
+      KOSOKU_LOG(kEmerg, "%s", err);
+      return 1;
+    }
+  }
+
   std::vector<int> cpus = allowed_cpus();
   int n = conf.worker_processes;
+
+  // The proxy caches (core/cache/cache_paths.hh): directories and keys zones, shared by every loop.
+  std::unique_ptr<kosoku::cache::CacheRegistry> caches;
+  if (!conf.http.cache.paths.empty()) {
+    std::string err;
+    caches = kosoku::cache::CacheRegistry::create(conf, prefix, n, time(nullptr), &err);
+    if (caches == nullptr) {
+      if (pid1) appliance::fatal(err);
+      std::fprintf(stderr, "kosoku: [emerg] %s\n", err.c_str());
+      KOSOKU_LOG(kEmerg, "%s", err);
+      return 1;
+    }
+    kosoku::cache::set_registry(caches.get());
+  }
   std::vector<std::unique_ptr<kosoku::Worker>> workers;
   std::vector<const kosoku::stats::CoreStats*> all_stats;
   for (int i = 0; i < n; ++i) {
@@ -187,6 +214,7 @@ int main(int argc, char** argv) {
       g_power_request.store(reboot ? 2 : 1);
       kill(getpid(), SIGTERM);
     });
+    console.add_command("cache", "cache stats | cache purge ZONE KEY|PATTERN*|*", &kosoku::cache::console_command);
     std::string cerr = console.start("/dev/" + conf.appliance.console, conf.appliance.console_baud);
     if (!cerr.empty()) KOSOKU_LOG(kError, "serial console: %s", cerr);
   }

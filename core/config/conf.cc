@@ -20,7 +20,11 @@ absl::string_view key(std::string_view s) { return absl::string_view(s.data(), s
 const re2::RE2& per_core(const re2::RE2& shared) {
   thread_local absl::flat_hash_map<const re2::RE2*, std::unique_ptr<re2::RE2>> clones;
   std::unique_ptr<re2::RE2>& c = clones[&shared];
-  if (c == nullptr) c = std::make_unique<re2::RE2>(shared.pattern(), shared.options());
+  // The pattern check guards against an address reused by a later configuration (tests load many).
+  if (c == nullptr || c->pattern() != shared.pattern() ||
+      c->options().case_sensitive() != shared.options().case_sensitive()) {
+    c = std::make_unique<re2::RE2>(shared.pattern(), shared.options());
+  }
   return *c;
 }
 

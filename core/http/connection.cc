@@ -154,9 +154,18 @@ class HttpConnection final : public net::StreamHandler,
       return;
     }
     if (state_ == State::kReadingHead && !stream_->input().empty()) {
-      // client_header_timeout: nginx answers 408 and closes.
+      // client_header_timeout: answer 408 and close.
+      KOSOKU_LOG(kInfo, "client timed out (110: Connection timed out) while reading client request headers, "
+                 "client: %s", remote_addr_);
       send_simple_error(408);
       return;
+    }
+    if (state_ == State::kDiscardBody) {
+      KOSOKU_LOG(kInfo, "client timed out (110: Connection timed out) while reading client request body, "
+                 "client: %s", remote_addr_);
+    } else if (state_ == State::kBusy) {
+      KOSOKU_LOG(kInfo, "client timed out (110: Connection timed out) while sending response to client, "
+                 "client: %s", remote_addr_);
     }
     close(net::Stream::Close::kAbort);
   }
@@ -217,10 +226,22 @@ class HttpConnection final : public net::StreamHandler,
     log_request();
     close(net::Stream::Close::kAbort);
   }
-  /// Graceful shutdown: an idle keep-alive connection closes now; others close after their response.
+  /// Graceful shutdown: an idle keep-alive connection closes now (nothing unread: a plain FIN); others
+  /// close after their response.
   void shutdown_if_idle() {
     keep_alive_ = false;
-    if (state_ == State::kIdle) close(net::Stream::Close::kGraceful);
+    if (state_ != State::kIdle || stream_ == nullptr) return;
+    bool quiet = stream_->pending_output() == 0 && stream_->input().empty();
+    close(quiet ? net::Stream::Close::kAbort : net::Stream::Close::kGraceful);
+  }
+  /// Closes the connection if it is an idle keep-alive one; returns whether it did.
+  bool close_if_idle() {
+    if (state_ != State::kIdle || stream_ == nullptr || !stream_->input().empty() ||
+        stream_->pending_output() != 0) {
+      return false;
+    }
+    close(net::Stream::Close::kAbort);
+    return true;
   }
   void release() override {
     if (abort_pending_) core_.reactor->post(this);
@@ -263,6 +284,8 @@ class HttpConnection final : public net::StreamHandler,
 
   void process();
   bool discard_body();
+  /// Discards the request body bytes already received; returns 0, or the status for a malformed body.
+  int discard_available_body();
   /// Feeds buffered input to body_sink_; false when it needs more input (or is paused/done).
   void deliver_body();
   void body_failed(int status);
@@ -271,6 +294,11 @@ class HttpConnection final : public net::StreamHandler,
     int len = snprintf(buf, sizeof(buf), "%zx\r\n", n);
     stream_->write(std::string_view(buf, static_cast<size_t>(len)));
   }
+  struct ProcessTask final : reactor::Task {
+    HttpConnection* c;
+    explicit ProcessTask(HttpConnection* h) : c(h) {}
+    void run() override { c->process(); }
+  };
   struct BodyTask final : reactor::Task {
     HttpConnection* c;
     explicit BodyTask(HttpConnection* h) : c(h) {}
@@ -284,6 +312,7 @@ class HttpConnection final : public net::StreamHandler,
   void send_simple_error(int status);
   void serve_status();
   void do_return(const config::ReturnConf& ret);
+  std::string_view content_type_for_uri() const;
   void log_request();
 
   HttpServer& srv_;
@@ -321,6 +350,7 @@ class HttpConnection final : public net::StreamHandler,
   bool body_done_ = true;        // no body, or all of it consumed (read or discarded)
   bool chunked_out_ = false;     // this response uses chunked transfer coding
   BodyTask body_task_{this};
+  ProcessTask process_task_{this};
   bool keep_alive_ = true;
   bool head_only_ = false;
   bool head_sent_ = false;
@@ -470,13 +500,28 @@ void HttpConnection::run_phases() {
   // client is waiting for permission, otherwise discard the body after the response.
   if (req_.body != BodyFraming::kNone && req_.expect_100_continue) keep_alive_ = false;
 
+  ContentHandler& handler = srv_.content_handler(*loc_);
+  if (&handler == &srv_.static_handler() || loc_->ret.code != 0) {
+    // These answers never read the body: drop what has already arrived first (as nginx's
+    // ngx_http_discard_request_body), so a malformed body is answered 400 instead of a response that
+    // promises keep-alive and then closes.
+    if (int status = discard_available_body(); status != 0) {
+      keep_alive_ = false;
+      respond(status, {}, {});
+      return;
+    }
+  }
   if (loc_->ret.code != 0) {
     do_return(loc_->ret);
     return;
   }
-  ContentHandler& handler = srv_.content_handler(*loc_);
   if (&handler != &srv_.static_handler()) {
     handler.handle(*this);  // e.g. proxy_pass: every method goes to the handler
+    return;
+  }
+  if (req_.method == Method::kOther) {
+    // RFC 9110 §9.1: a method the server does not recognise is 501 (a known one it refuses is 405).
+    respond(501, {}, {});
     return;
   }
   if (req_.method != Method::kGet && req_.method != Method::kHead) {
@@ -525,8 +570,24 @@ void HttpConnection::do_return(const config::ReturnConf& ret) {
     redirect(code, text);
   } else {
     return_body_ = std::move(text);
-    respond(code, return_body_, return_body_.empty() ? std::string_view() : loc_->default_type);
+    respond(code, return_body_, return_body_.empty() ? std::string_view() : content_type_for_uri());
   }
+}
+
+// nginx's ngx_http_set_content_type: the MIME type of $uri's extension in the location's `types`, else
+// default_type.
+std::string_view HttpConnection::content_type_for_uri() const {
+  std::string_view name = uri_;
+  size_t slash = name.rfind('/');
+  if (slash != std::string_view::npos) name.remove_prefix(slash + 1);
+  size_t dot = name.rfind('.');
+  if (dot != std::string_view::npos && dot + 1 < name.size() && loc_->types != nullptr) {
+    std::string ext(name.substr(dot + 1));
+    absl::AsciiStrToLower(&ext);
+    auto it = loc_->types->find(ext);
+    if (it != loc_->types->end()) return it->second;
+  }
+  return loc_->default_type;
 }
 
 void HttpConnection::send_head() {
@@ -608,6 +669,8 @@ void HttpConnection::redirect(int status, std::string_view location) {
 
 void HttpConnection::send_simple_error(int status) {
   // A request we could not parse: answer and close (never process what follows it on this connection).
+  // It counts as a request, as in nginx's stub_status.
+  ++core_.stats->requests;
   state_ = State::kBusy;
   keep_alive_ = false;
   head_only_ = false;
@@ -646,8 +709,10 @@ void HttpConnection::finish() {
     arm(loc_->keepalive_timeout_ms);
   }
   if (!in_process_) {
+    // Finished from a completion (disk read, upstream): the next pipelined request starts from the loop's
+    // task step, never inside the completion that is still on the stack (its op may be reused).
     stream_->flush();
-    process();
+    core_.reactor->post(&process_task_);
   }
 }
 
@@ -686,6 +751,34 @@ bool HttpConnection::discard_body() {
   set_stat(&core_.stats->conn_idle);
   arm(loc_->keepalive_timeout_ms);
   return true;
+}
+
+int HttpConnection::discard_available_body() {
+  while (!body_done_ && stream_ != nullptr) {
+    std::span<const char> in = stream_->input();
+    if (in.empty()) return 0;
+    if (!chunked_.has_value()) {
+      size_t n = in.size() < body_left_ ? in.size() : static_cast<size_t>(body_left_);
+      stream_->consume(n);
+      body_left_ -= n;
+      if (body_left_ == 0) body_done_ = true;
+      return 0;
+    }
+    ChunkedStep r = chunked_->decode(std::string_view(in.data(), in.size()));
+    stream_->consume(r.consumed);
+    if (r.status == ChunkedStatus::kError) {
+      KOSOKU_LOG(kInfo, "client sent invalid chunked body (%s), client: %s", r.reason, stream_->peer_text());
+      body_done_ = true;
+      chunked_.reset();
+      return r.http_status;
+    }
+    if (r.status == ChunkedStatus::kDone) {
+      body_done_ = true;
+      chunked_.reset();
+    }
+    if (r.status == ChunkedStatus::kNeedMore) return 0;
+  }
+  return 0;
 }
 
 void HttpConnection::read_body(BodySink* sink) {
@@ -774,6 +867,16 @@ HttpServer::HttpServer(const CoreContext& core, ContentHandler& static_handler)
 
 net::StreamHandler* HttpServer::on_accept(net::Stream& s, const config::ListenSocket& listen) {
   return new HttpConnection(*this, s, listen);
+}
+
+size_t HttpServer::reclaim_idle(size_t max) {
+  size_t n = 0;
+  for (Node* c = live.next; c != nullptr && n < max;) {
+    Node* next = c->next;
+    if (static_cast<HttpConnection*>(c)->close_if_idle()) ++n;
+    c = next;
+  }
+  return n;
 }
 
 void HttpServer::begin_shutdown() {

@@ -22,6 +22,7 @@ class HttpServer final : public net::AcceptHandler {
  public:
   HttpServer(const CoreContext& core, ContentHandler& static_handler);
   net::StreamHandler* on_accept(net::Stream& s, const config::ListenSocket& listen) override;
+  size_t reclaim_idle(size_t max) override;
 
   const CoreContext& core() const { return core_; }
   ContentHandler& static_handler() { return static_handler_; }

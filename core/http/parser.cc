@@ -110,11 +110,13 @@ bool parse_version(std::string_view v, uint8_t& minor, ParseResult& err) {
     err = fail(400, "invalid HTTP version");
     return false;
   }
-  if (v[5] != '1' || (v[7] != '0' && v[7] != '1')) {
+  // Another major version is 505. A higher minor version of HTTP/1 is processed as HTTP/1.1 (RFC 9110 §2.5:
+  // "as if it were in the highest minor version ... to which the recipient is conformant"), as nginx does.
+  if (v[5] != '1') {
     err = fail(505, "HTTP version not supported");
     return false;
   }
-  minor = static_cast<uint8_t>(v[7] - '0');
+  minor = v[7] == '0' ? 0 : 1;
   return true;
 }
 

@@ -11,6 +11,7 @@
 #include <system_error>
 
 #include "absl/strings/str_cat.h"
+#include "core/base/log.hh"
 
 namespace kosoku::net {
 
@@ -24,6 +25,7 @@ constexpr unsigned kMaxIov = 64;
 constexpr size_t kMaxInput = 1 << 20;       // input kept while the handler does not consume: then pause
 constexpr uint64_t kLingeringTimeoutMs = 5000;   // nginx lingering_timeout default
 constexpr uint64_t kLingeringTimeMs = 30000;     // nginx lingering_time default: bound on the whole close
+constexpr size_t kReclaimBatch = 32;             // idle connections closed at once at the limit (nginx: 32)
 
 // An output block: owned bytes in data[], or (ref != nullptr) a reference to caller-owned bytes.
 struct OutBlock {
@@ -222,15 +224,18 @@ class KernelStream final : public Stream {
     KernelStream* s;
     explicit RearmTask(KernelStream* k) : s(k) {}
     void run() override {
+      Guard g(s);
       s->rearm_pending_ = false;
       s->arm_recv();
-      s->maybe_destroy();
     }
   };
   struct LingerTimer final : reactor::Timer {
     KernelStream* s;
     explicit LingerTimer(KernelStream* k) : s(k) {}
-    void fire() override { s->abort_now(0); }
+    void fire() override {
+      Guard g(s);
+      s->abort_now(0);
+    }
   };
 
   ~KernelStream() {
@@ -275,7 +280,18 @@ class KernelStream final : public Stream {
     in_end_ += n;
   }
 
+  // Completions call into the handler, which may close() the stream: destruction is deferred until the
+  // completion unwinds (depth_), so no member is touched after a delete.
+  struct Guard {
+    KernelStream* s;
+    explicit Guard(KernelStream* k) : s(k) { ++s->depth_; }
+    ~Guard() {
+      if (--s->depth_ == 0) s->maybe_destroy();
+    }
+  };
+
   void on_recv(int32_t res, uint32_t flags) {
+    Guard g(this);
     if (!(flags & IORING_CQE_F_MORE)) {
       recv_armed_ = false;
       recv_cancel_sent_ = false;
@@ -310,28 +326,24 @@ class KernelStream final : public Stream {
       fail(-res);
     }
     if (!recv_armed_ && !rearm_pending_) arm_recv();
-    maybe_destroy();
   }
 
   void on_connect(int32_t res) {
+    Guard g(this);
     connecting_ = false;
-    if (dead_) {
-      maybe_destroy();
-      return;
-    }
+    if (dead_) return;
     if (res < 0) {
       fail(-res);
-      maybe_destroy();
       return;
     }
     init_addresses();
     arm_recv();
     if (!closing_) handler_->on_connected(*this);
     flush();
-    maybe_destroy();
   }
 
   void on_send(int32_t res) {
+    Guard g(this);
     send_in_flight_ = false;
     if (res > 0) {
       stack_.stats.bytes_out += static_cast<uint64_t>(res);
@@ -339,20 +351,15 @@ class KernelStream final : public Stream {
     } else if (res < 0 && res != -EAGAIN && res != -EINTR) {
       send_error_ = true;
       fail(-res);
-      maybe_destroy();
       return;
     }
-    if (dead_) {
-      maybe_destroy();
-      return;
-    }
+    if (dead_) return;
     if (pending_ > 0) {
       flush();
     } else if (closing_) {
       begin_lingering();
     }
     if (!closing_ && pending_ <= low_water_) handler_->on_writable(*this);
-    maybe_destroy();
   }
 
   void advance_output(size_t n) {
@@ -410,7 +417,7 @@ class KernelStream final : public Stream {
   }
 
   void maybe_destroy() {
-    if (!dead_ || recv_armed_ || send_in_flight_ || connecting_ || rearm_pending_ || destroyed_) return;
+    if (depth_ > 0 || !dead_ || recv_armed_ || send_in_flight_ || connecting_ || rearm_pending_ || destroyed_) return;
     destroyed_ = true;
     ::close(fd_);
     StreamHandler* h = handler_;
@@ -448,6 +455,7 @@ class KernelStream final : public Stream {
   bool rearm_pending_ = false, paused_ = false, peer_fin_ = false, send_error_ = false;
   bool closing_ = false, lingering_ = false, dead_ = false, destroyed_ = false;
   int close_error_ = 0;
+  int depth_ = 0;
 };
 
 void KernelStream::flush() {
@@ -492,9 +500,11 @@ void KernelStack::Impl::on_accept(ListenerOp& l, int32_t res, uint32_t flags) {
     int fd = res;
     if (!accepting) {
       ::close(fd);
-    } else if (open >= max_streams) {
+    } else if (open >= max_streams && accept_handler->reclaim_idle(kReclaimBatch) == 0) {
+      // Every connection is busy: refuse, and let further clients wait in the backlog until one closes.
       ::close(fd);
       ++stats.conn_rejected;
+      KOSOKU_LOG_EVERY_MS(1000, kAlert, "%u worker_connections are not enough", max_streams);
       pause_accept();
     } else {
       int one = 1;
@@ -511,7 +521,6 @@ void KernelStack::Impl::on_accept(ListenerOp& l, int32_t res, uint32_t flags) {
       } else {
         s->start(h);
       }
-      if (open >= max_streams) pause_accept();
     }
   }
   if (!l.armed) arm_accept(l);
@@ -571,6 +580,21 @@ int open_listen_socket(const config::ListenConf& conf, std::string* err) {
     return -e;
   }
   return fd;
+}
+
+int probe_listen_address(const config::ListenConf& conf, std::string* err) {
+  int fd = ::socket(conf.addr.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -errno;
+  int one = 1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  if (conf.addr.ss_family == AF_INET6) setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
+  int rc = 0;
+  if (::bind(fd, reinterpret_cast<const sockaddr*>(&conf.addr), conf.addr_len) < 0) {
+    rc = -errno;
+    if (err) *err = absl::StrCat("bind() to ", conf.text, " failed (", -rc, ": ", std::strerror(-rc), ")");
+  }
+  ::close(fd);
+  return rc;
 }
 
 int KernelStack::listen(const std::vector<config::ListenSocket>& sockets, AcceptHandler& handler, std::string* err) {

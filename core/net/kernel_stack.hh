@@ -44,4 +44,9 @@ class KernelStack final : public Stack {
 /// Opens a listening socket for `conf` (SO_REUSEPORT, non-blocking, backlog); returns fd or -errno.
 int open_listen_socket(const config::ListenConf& conf, std::string* err);
 
+/// Checks that no other process listens on `conf`'s address: binds a probe socket WITHOUT SO_REUSEPORT
+/// (a second kosoku would otherwise silently join the first one's reuseport group and take part of its
+/// traffic). Returns 0 or -errno with *err = "bind() to ADDR failed (98: Address already in use)".
+int probe_listen_address(const config::ListenConf& conf, std::string* err);
+
 }  // namespace kosoku::net

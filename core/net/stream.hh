@@ -86,6 +86,9 @@ class Stream {
 class AcceptHandler {
  public:
   virtual StreamHandler* on_accept(Stream& s, const config::ListenSocket& listen) = 0;
+  /// worker_connections reached: close up to `max` idle (keep-alive) streams to make room, as nginx does
+  /// (ngx_drain_connections). Returns how many were closed.
+  virtual size_t reclaim_idle(size_t max) { return 0; }
 
  protected:
   ~AcceptHandler() = default;

@@ -84,6 +84,12 @@ class StaticState final : public http::ContentState,
   void serve_file();
   void pump();
   void read_done(int32_t result);
+  void send_head_if_pending() {
+    if (head_pending_) {
+      head_pending_ = false;
+      ex_.send_head();
+    }
+  }
   void fail_open(int error);
   std::string map_uri(std::string_view uri, bool* ok) const;
   void internal_redirect(std::string_view uri);
@@ -115,6 +121,7 @@ class StaticState final : public http::ContentState,
   size_t chunk_ = 0;
   uint32_t read_len_ = 0;
   bool streaming_ = false;
+  bool head_pending_ = false;
   bool open_in_flight_ = false;
   bool read_in_flight_ = false;
   bool aborted_ = false;
@@ -376,11 +383,14 @@ void StaticState::serve_file() {
     h.content_length = static_cast<int64_t>(size);
     if (size > 0) pieces_.push_back(Piece{{}, 0, size});
   }
-  ex_.send_head();
   if (req.method == http::Method::kHead || pieces_.empty()) {
+    ex_.send_head();
     ex_.finish();
     return;
   }
+  // The head goes out with the first body bytes: until the first read is accepted by the disk queue the
+  // answer can still become a 503 (queue full), and head + first chunk leave in one send.
+  head_pending_ = true;
   uint64_t chunk = loc.sendfile_max_chunk == 0 ? kMaxBuffer : loc.sendfile_max_chunk;
   if (chunk > kMaxBuffer) chunk = kMaxBuffer;
   chunk_ = static_cast<size_t>(chunk);
@@ -402,6 +412,7 @@ void StaticState::pump() {
     }
     Piece& p = pieces_[piece_];
     if (p.length == 0) {
+      send_head_if_pending();
       ex_.write(p.text);
       written_ += p.text.size();
       ++piece_;
@@ -438,8 +449,14 @@ void StaticState::pump() {
         read_in_flight_ = true;
         return;
       case disk::DiskQueue::Submit::kOverflow:
-        // The head is already out: the only honest answer left is to cut the connection.
         streaming_ = false;
+        if (head_pending_) {
+          head_pending_ = false;
+          ex_.head() = http::ResponseHead{};
+          ex_.respond(503);
+          return;
+        }
+        // The head is already out: the only honest answer left is to cut the connection.
         ex_.abort_response();
         return;
     }
@@ -447,13 +464,22 @@ void StaticState::pump() {
 }
 
 void StaticState::read_done(int32_t result) {
-  if (result <= 0 || static_cast<uint32_t>(result) != read_len_) {
-    KOSOKU_LOG(kCrit, "read() \"%s\" failed or file changed while reading (%d)", path_, result);
+  // A short read is normal (RWF_NOWAIT returns what the page cache holds): the rest is read next. Zero means
+  // the file shrank under us: the response cannot be completed honestly.
+  if (result <= 0 || static_cast<uint32_t>(result) > read_len_) {
+    KOSOKU_LOG(kCrit, "read() \"%s\" failed or file truncated while reading (%d)", path_, result);
     streaming_ = false;
+    if (head_pending_) {
+      head_pending_ = false;
+      ex_.head() = http::ResponseHead{};
+      ex_.respond(500);
+      return;
+    }
     ex_.abort_response();
     return;
   }
   int b = next_buf_;
+  send_head_if_pending();
   ex_.write_ref(buf_[b], static_cast<size_t>(result));
   written_ += static_cast<uint64_t>(result);
   end_mark_[b] = written_;

@@ -305,7 +305,8 @@ TEST_F(ParserTest, RequestLineVersions) {
   expect_complete("GET / HTTP/1.0\r\n\r\n");
   EXPECT_EQ(req_.version_minor, 0);
   expect_error("GET / HTTP/2.0\r\nHost: a\r\n\r\n", 505);
-  expect_error("GET / HTTP/1.2\r\nHost: a\r\n\r\n", 505);
+  expect_complete("GET / HTTP/1.2\r\nHost: a\r\n\r\n");  // RFC 9110 §2.5: processed as HTTP/1.1
+  EXPECT_EQ(req_.version_minor, 1);
   expect_error("GET / HTTP/0.9\r\nHost: a\r\n\r\n", 505);
   expect_error("GET / HTTP/3.0\r\nHost: a\r\n\r\n", 505);
   expect_error("GET / HTTX/1.1\r\nHost: a\r\n\r\n", 400);
