@@ -52,7 +52,7 @@ fuzz: build-fuzz
 
 integration: build build-asan
 	KOSOKU_BIN=$(BUILD)/release/kosoku $(PYTHON) -m pytest -q tests/integration
-	KOSOKU_BIN=$(BUILD)/asan/kosoku KOSOKU_SANITIZED=1 $(PYTHON) -m pytest -q -x tests/integration -k "conformance"
+	KOSOKU_BIN=$(BUILD)/asan/kosoku KOSOKU_SANITIZED=1 $(PYTHON) -m pytest -q -x tests/integration -k "conformance or engine"
 
 test: unit fuzz integration
 
