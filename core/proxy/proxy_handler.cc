@@ -536,10 +536,19 @@ void ProxyState::read_head() {
       last_len_ = 0;
       continue;
     }
+    // Keep the head: move its views into our copy before the bytes leave the stream's buffer.
     resp_head_.assign(buf.data(), r.consumed);
+    const char* from = buf.data();
+    auto rebase = [&](std::string_view& v) {
+      v = v.empty() ? std::string_view() : std::string_view(resp_head_.data() + (v.data() - from), v.size());
+    };
+    rebase(resp_.reason);
+    for (size_t i = 0; i < resp_.field_count; ++i) {
+      rebase(fields_[i].name);
+      rebase(fields_[i].value);
+    }
     s.consume(r.consumed);
     last_len_ = 0;
-    http::parse_response_head(resp_head_, resp_, lim, head_request_, 0);  // views into our copy
     on_response_head();
     return;
   }
