@@ -116,14 +116,10 @@ class OriginRequest:
         return any(a.lower() == name.lower() for a, _ in self.headers)
 
     @property
-    def path(self) -> str:
-        return urllib.parse.urlsplit(self.target).path
-
-    @property
     def route(self) -> str:
         """The behaviour: "echo" anywhere in the path, else the last path segment."""
-        segments = self.path.split("/")
-        return "echo" if "echo" in segments else self.path.rstrip("/").rsplit("/", 1)[-1]
+        path = urllib.parse.urlsplit(self.target).path
+        return "echo" if "echo" in path.split("/") else path.rstrip("/").rsplit("/", 1)[-1]
 
     @property
     def query(self) -> dict[str, str]:
@@ -222,6 +218,9 @@ class Origin:
                 start, headers = r.head()
                 method, target, version = start.split(" ")
                 d = hashlib.sha256()
+                if "/stall" in target:  # never reads the body: the proxy's send timeout must fire
+                    time.sleep(5)
+                    return
                 n, chunked = r.body(headers, d)
                 req = OriginRequest(method, target, version, headers, n, d.hexdigest(), chunked, cid)
                 with self.lock:
@@ -321,7 +320,7 @@ class Env:
         self.o2.reset()
 
 
-def proxy_config(port: int, o1: int, o2: int, dead: int) -> str:
+def proxy_config(port: int, o1: int, o2: int, dead: int, hole: int) -> str:
     return f"""
     client_max_body_size 64m;
     upstream ka {{ server 127.0.0.1:{o1}; keepalive 8; }}
@@ -347,7 +346,8 @@ def proxy_config(port: int, o1: int, o2: int, dead: int) -> str:
         location /failover/ {{ proxy_pass http://failover; }}
         location /backup/ {{ proxy_pass http://withbackup; }}
         location /dead/ {{ proxy_pass http://127.0.0.1:{dead}; }}
-        location /timeout/ {{ proxy_pass http://127.0.0.1:{o1}; proxy_read_timeout 1s; }}
+        location /timeout/ {{ proxy_pass http://127.0.0.1:{o1}; proxy_read_timeout 1s; proxy_send_timeout 1s; }}
+        location /hole/ {{ proxy_pass http://127.0.0.1:{hole}; proxy_connect_timeout 1s; }}
         location /prefix/ {{ proxy_pass http://127.0.0.1:{o1}/echo/sub/; }}
         location = /exact {{ proxy_pass http://127.0.0.1:{o1}/echo; }}
         location /nobuf/ {{ proxy_pass http://127.0.0.1:{o1}; proxy_buffering off; }}
@@ -368,16 +368,24 @@ def proxy_config(port: int, o1: int, o2: int, dead: int) -> str:
 @pytest.fixture(scope="module")
 def env(tmp_path_factory) -> Env:
     o1, o2 = Origin("o1"), Origin("o2")
-    dead = sut.free_port()
-    port = sut.free_port()
+    dead, port = sut.free_port(), sut.free_port()
+    # A listener whose accept queue is full: SYNs to it go unanswered, so connects hang (connect timeout).
+    hole = socket.socket()
+    hole.bind(("127.0.0.1", 0))
+    hole.listen(0)
+    fillers = [socket.socket() for _ in range(3)]
+    for f in fillers:
+        f.setblocking(False)
+        f.connect_ex(hole.getsockname())
     work = tmp_path_factory.mktemp("proxy")
-    srv = sut.ServerProcess(sut.SUT, Path(work), proxy_config(port, o1.port, o2.port, dead), [port])
+    srv = sut.ServerProcess(sut.SUT, Path(work), proxy_config(port, o1.port, o2.port, dead, hole.getsockname()[1]),
+                            [port])
     srv.start()
     e = Env(port, o1, o2, dead, srv)
     yield e
     rc = srv.stop()
-    o1.stop()
-    o2.stop()
+    for x in [o1, o2, hole] + fillers:
+        x.close() if isinstance(x, socket.socket) else x.stop()
     assert rc == 0, f"{sut.SUT} exited with {rc}\n" + srv.diagnostics()
 
 
@@ -779,12 +787,20 @@ def test_502_on_refused_connection_invalid_response_and_close_without_answer(env
     assert "upstream" in env.server.error_log()
 
 
-def test_504_on_read_timeout(env):
+def test_504_on_read_connect_and_send_timeouts(env):
     t0 = time.monotonic()
     resp = get(env, "/timeout/echo?delay=3000", timeout=10)
     elapsed = time.monotonic() - t0
     assert resp.status == 504
     assert 0.9 <= elapsed < 2.8, elapsed
+    t0 = time.monotonic()  # proxy_connect_timeout: the connect never completes
+    assert get(env, "/hole/x", timeout=10).status == 504
+    assert 0.9 <= time.monotonic() - t0 < 2.8
+    # proxy_send_timeout: the origin takes the head but never reads the 32 MiB body.
+    data = big_bytes()
+    status, _, _, _, _, _ = stream_exchange(env.port, [
+        f"POST /timeout/stall HTTP/1.1\r\nHost: proxy.example.com\r\nContent-Length: {BIG}\r\n\r\n".encode(), data])
+    assert status == 504
 
 
 @pytest.mark.parametrize("route", ["cut", "cutchunked"])
@@ -799,33 +815,24 @@ def test_response_cut_off_mid_body_is_never_complete(env, route):
     assert raw == b"" or raw.startswith(b"HTTP/1.1 200")
 
 
-def _wait_aborted(origin: Origin, seconds: float = 5.0) -> list[str]:
-    deadline = time.monotonic() + seconds
-    while not origin.aborted and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return list(origin.aborted)
-
-
-def test_client_reset_while_waiting_closes_the_upstream_connection(env):
+@pytest.mark.parametrize("how", ["reset-while-waiting", "close-mid-response"])
+def test_client_going_away_closes_the_upstream_connection(env, how):
     c = socket.create_connection(("127.0.0.1", env.port))
-    c.sendall(b"GET /ka/echo?delay=2000 HTTP/1.1\r\nHost: proxy.example.com\r\n\r\n")
-    time.sleep(0.3)
-    c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
-    c.close()  # RST
-    assert _wait_aborted(env.o1) == ["/ka/echo?delay=2000"]
-    # The aborted connection was not cached: the next request works.
-    assert get(env, "/ka/echo").status == 200
-
-
-def test_client_going_away_mid_response_closes_the_upstream_connection(env):
-    c = socket.create_connection(("127.0.0.1", env.port))
-    c.sendall(b"GET /ka/big HTTP/1.1\r\nHost: proxy.example.com\r\n\r\n")
-    got = 0
-    while got < 200_000:
-        got += len(c.recv(65536))
+    target = "/ka/echo?delay=2000" if how == "reset-while-waiting" else "/ka/big"
+    c.sendall(f"GET {target} HTTP/1.1\r\nHost: proxy.example.com\r\n\r\n".encode())
+    if how == "reset-while-waiting":
+        time.sleep(0.3)
+        c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")  # close = RST
+    else:
+        got = 0
+        while got < 200_000:
+            got += len(c.recv(65536))
     c.close()
-    assert _wait_aborted(env.o1, 10) == ["/ka/big"]
-    assert get(env, "/ka/echo").status == 200
+    deadline = time.monotonic() + 10
+    while not env.o1.aborted and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert env.o1.aborted == [target]
+    assert get(env, "/ka/echo").status == 200  # the aborted connection was not cached
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -874,25 +881,16 @@ def test_c19_2_pipelined_responses_in_request_order(env):
 
 
 def test_many_concurrent_clients(env):
-    errors = []
+    from concurrent.futures import ThreadPoolExecutor
 
-    def worker(k):
-        try:
-            for i in range(10):
-                with sut.Conn(env.port, timeout=10, record_io=False) as c:
-                    c.send(f"GET /ka/echo?w={k}&i={i} HTTP/1.1\r\nHost: proxy.example.com\r\nConnection: close\r\n\r\n"
-                           .encode())
-                    r = c.read_response(timeout=10)
-                    if r is None or r.status != 200 or json.loads(r.body)["target"] != f"/ka/echo?w={k}&i={i}":
-                        errors.append((k, i, r))
-        except Exception as e:  # noqa: BLE001 - collected and asserted below
-            errors.append((k, repr(e)))
+    def one(n: int) -> bool:
+        with sut.Conn(env.port, timeout=10, record_io=False) as c:
+            c.send(f"GET /ka/echo?n={n} HTTP/1.1\r\nHost: proxy.example.com\r\nConnection: close\r\n\r\n".encode())
+            r = c.read_response(timeout=10)
+            return r is not None and r.status == 200 and json.loads(r.body)["target"] == f"/ka/echo?n={n}"
 
-    threads = [threading.Thread(target=worker, args=(k,)) for k in range(20)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors, errors[:5]
+    with ThreadPoolExecutor(20) as pool:
+        results = list(pool.map(one, range(200)))
+    assert all(results), results.count(False)
     assert env.o1.hits("echo") == 200
     assert env.o1.connections <= 8 * sut.WORKERS + 20  # cached connections are reused under load
