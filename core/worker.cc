@@ -11,6 +11,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "core/base/log.hh"
+#include "core/cache/cache_handler.hh"
 #include "core/disk/disk_queue.hh"
 #include "core/disk/open_file_cache.hh"
 #include "core/http/access_logger.hh"
@@ -143,6 +144,7 @@ void Worker::run() {
     static_files::StaticHandler static_handler;
     http::HttpServer server(ctx, static_handler);
     proxy::ProxyModule proxy_module(server);  // proxy_pass locations; per-core upstream groups
+    cache::CacheModule cache_module(server, proxy_module, cache::registry());  // proxy_cache, purge, loader
     http::AccessLogger logs(reactor, conf_, prefix_);
     int rc = logs.open(&error_);
     if (rc < 0) {

@@ -105,6 +105,8 @@ class Builder {
   std::vector<std::unique_ptr<SrvNode>> servers;
   std::vector<NameRef> aio_refs;         // `aio ...=NAME`, checked against disk_queue names
   std::vector<NameRef> access_log_refs;  // `access_log PATH FORMAT`, checked against log_format names
+  std::vector<NameRef> cache_zone_refs;  // `proxy_cache ZONE`, checked against proxy_cache_path zones
+  std::vector<NameRef> purge_zone_refs;  // `proxy_cache_purge ZONE KEY`, likewise
   std::vector<SourceLoc> disk_queue_locs;  // parallel to main->disk_queues (user-declared ones)
   SourceLoc affinity_loc;                // `worker_cpu_affinity` (for the worker-count check)
   bool affinity_auto = false;            // `worker_cpu_affinity auto [MASK]`
@@ -121,6 +123,10 @@ bool finalize(Builder& b);
 /// The proxy part of finalize (config/directives_proxy.cc): resolves proxy_pass names to upstream groups
 /// (implicit ones for addresses), builds each location's effective proxy headers and hidden fields.
 bool finalize_proxy(Builder& b);
+
+/// The cache part of finalize (config/directives_cache.cc): checks the zone names of proxy_cache and
+/// proxy_cache_purge against proxy_cache_path.
+bool finalize_cache(Builder& b);
 
 /// Groups every server's `listen` into MainConf::http.listen_sockets and builds each socket's server-name
 /// index (config/listen.cc). Runs after the servers are final (their addresses no longer move).

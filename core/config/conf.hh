@@ -17,6 +17,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "core/proxy/proxy_conf.hh"
+#include "core/cache/cache_conf.hh"
 
 namespace re2 {
 class RE2;
@@ -154,6 +155,7 @@ struct LocationConf {
   OpenFileCacheConf open_file_cache;
   bool status = false;                        // `status;`: this location serves the stats page
   proxy::ProxyLocationConf proxy;             // proxy_pass and proxy_* (proxy/proxy_conf.hh)
+  cache::CacheLocConf cache;                  // proxy_cache* and proxy_cache_purge (cache/cache_conf.hh)
 
   std::vector<LocationConf> locations;        // nested locations, in file order
   LocationIndex nested_index;                 // over `locations` (built by the loader)
@@ -220,6 +222,7 @@ struct HttpConf {
   std::vector<ListenSocket> listen_sockets;   // grouped by address
   std::vector<LogFormatConf> log_formats;     // always contains "combined"
   proxy::ProxyHttpConf proxy;                 // upstream blocks (proxy/proxy_conf.hh)
+  cache::CacheHttpConf cache;                 // proxy_cache_path, split_clients (cache/cache_conf.hh)
 };
 
 /// `appliance { ... }` (main): settings used only when kosoku runs as PID 1 of the appliance image

@@ -14,12 +14,13 @@ namespace kosoku::config {
 
 // The directive-table registry: a new module adds its table here (one line).
 std::span<const std::span<const DirectiveSpec>> directive_tables() {
-  static const std::array<std::span<const DirectiveSpec>, 5> kDirectiveTables = {
+  static const std::array<std::span<const DirectiveSpec>, 6> kDirectiveTables = {
       core_directives(),
       http_server_directives(),
       http_directives(),
       appliance_directives(),
       proxy_directives(),
+      cache_directives(),
   };
   return kDirectiveTables;
 }

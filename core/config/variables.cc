@@ -1,5 +1,6 @@
 #include "core/config/variables.hh"
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "core/config/lexer.hh"
@@ -58,6 +59,12 @@ bool is_name_char(char c) {
 }
 
 // Resolves a lower-cased name; false if unknown. Sets *suffix for the prefixed variables.
+// Module-declared variables (declare_variable): written only while loading, read-only afterwards.
+absl::flat_hash_set<std::string>& declared_variables() {
+  static absl::flat_hash_set<std::string> names;
+  return names;
+}
+
 bool lookup(std::string_view name, VarId* id, std::string_view* suffix) {
   *suffix = {};
   for (const VarName& v : kVars) {
@@ -71,6 +78,18 @@ bool lookup(std::string_view name, VarId* id, std::string_view* suffix) {
   for (std::string_view prefix : {std::string_view("sent_http_"), std::string_view("http_")}) {
     if (name.size() > prefix.size() && name.substr(0, prefix.size()) == prefix) {
       *id = prefix[0] == 's' ? VarId::kSentHttp : VarId::kHttp;
+      *suffix = name.substr(prefix.size());
+      return true;
+    }
+  }
+  if (declared_variables().contains(absl::string_view(name.data(), name.size()))) {
+    *id = VarId::kDeclared;
+    *suffix = name;
+    return true;
+  }
+  for (std::string_view prefix : {std::string_view("arg_"), std::string_view("cookie_")}) {
+    if (name.size() > prefix.size() && name.substr(0, prefix.size()) == prefix) {
+      *id = prefix[0] == 'a' ? VarId::kArg : VarId::kCookie;
       *suffix = name.substr(prefix.size());
       return true;
     }
@@ -247,6 +266,14 @@ void expand(const Template& t, const VariableSource& vars, std::string& out) {
     }
     if (t.escape != LogEscape::kNone) escape_in_place(t.escape, out, start);
   }
+}
+
+bool declare_variable(std::string_view name) {
+  VarId id;
+  std::string_view suffix;
+  if (name.empty() || lookup(name, &id, &suffix)) return false;
+  declared_variables().insert(std::string(name));
+  return true;
 }
 
 bool http_var_name_matches(std::string_view header_name, std::string_view suffix) {

@@ -12,6 +12,8 @@
 //   $connection_requests $upstream_cache_status $document_root $realpath_root $content_type
 //   $content_length $is_args $pid $hostname
 //   $proxy_host $proxy_port $proxy_add_x_forwarded_for (set only while proxying)
+//   $arg_NAME $cookie_NAME, and module-declared names (split_clients; declare_variable) — expanded by the proxy
+//   cache's source (core/cache/cache_variables.hh); elsewhere they are not set
 // Names are case-insensitive (nginx hashes them lower-cased). `$http_NAME` / `$sent_http_NAME` carry NAME
 // (lower-cased, as written, e.g. "user_agent") as the suffix; http_var_name_matches() compares it with a
 // header field name the nginx way ('-' and '_' equal, case-insensitive).
@@ -64,6 +66,10 @@ enum class VarId : uint8_t {
   kProxyHost,              // $proxy_host: proxy_pass host[:port] or upstream name
   kProxyPort,              // $proxy_port
   kProxyAddXForwardedFor,  // $proxy_add_x_forwarded_for: X-Forwarded-For + ", " + $remote_addr
+  // core/cache (cache/cache_variables.hh expands them for the proxy cache's templates)
+  kArg,       // $arg_NAME: query argument NAME (suffix = NAME, as written)
+  kCookie,    // $cookie_NAME: cookie NAME of the Cookie field (suffix = NAME, as written)
+  kDeclared,  // a variable declared by a module while loading (split_clients): suffix = its name
 };
 
 /// The variable's nginx name without `$` ("remote_addr"; "http_" / "sent_http_" for the prefixed ones).
@@ -109,6 +115,12 @@ class VariableSource {
  protected:
   ~VariableSource() = default;
 };
+
+/// Declares `$name` (lower-case, without `$`) for compile(): it then compiles to VarId::kDeclared with `name`
+/// as the segment text (nginx's ngx_http_add_variable for module variables such as split_clients'). Called by
+/// directive setters while a configuration loads (single-threaded); the set only grows. False if `name` is
+/// already a built-in or declared variable.
+bool declare_variable(std::string_view name);
 
 /// Appends the expansion of `t` to `out` (escaping variable values per t.escape). Allocation-free apart
 /// from the growth of `out`.

@@ -12,6 +12,8 @@
 //   (RESOLVE_CACHED refuses them). An open of a FIFO or device without O_NONBLOCK can still block inline
 //   (RESOLVE_CACHED covers only the path walk): callers that may meet such files pass O_NONBLOCK, as
 //   OpenFileCache does (nginx: NGX_FILE_NONBLOCK).
+//   Writes (the proxy cache's) try pwritev2(RWF_NOWAIT) inline the same way; rename, unlink and mkdir are
+//   always queued (IORING_OP_RENAMEAT / UNLINKAT / MKDIRAT, Linux 5.11 / 5.15).
 //   A stat has no inline variant (statx has no "cached only" flag): it is always queued as IORING_OP_STATX
 //   with AT_STATX_DONT_SYNC (no forced revalidation on network filesystems).
 //   Inline hits do not take a depth slot and are served even when the queue is full.
@@ -147,6 +149,23 @@ void run_blocking(DiskOp& op) {
     case DiskOp::Kind::kStat:
       op.result = stat(op.path.c_str(), &op.st) == 0 ? 0 : -errno;
       break;
+    case DiskOp::Kind::kWrite: {
+      ssize_t n;
+      do {
+        n = pwrite(op.fd, op.buf, op.len, static_cast<off_t>(op.offset));
+      } while (n < 0 && errno == EINTR);
+      op.result = n >= 0 ? static_cast<int32_t>(n) : -errno;
+      break;
+    }
+    case DiskOp::Kind::kRename:
+      op.result = rename(op.path.c_str(), op.path2.c_str()) == 0 ? 0 : -errno;
+      break;
+    case DiskOp::Kind::kUnlink:
+      op.result = unlink(op.path.c_str()) == 0 ? 0 : -errno;
+      break;
+    case DiskOp::Kind::kMkdir:
+      op.result = mkdir(op.path.c_str(), 0700) == 0 ? 0 : -errno;
+      break;
   }
 }
 
@@ -186,8 +205,28 @@ bool try_inline(DiskOp& op) {
       op.result = -errno;
       return true;
     }
+    case DiskOp::Kind::kWrite: {
+      // A buffered write that only dirties page-cache pages completes inline; EAGAIN (it would block on
+      // writeback or a block allocation) and EOPNOTSUPP (no nowait writes on this filesystem) queue it.
+      if (op.len == 0) {
+        op.result = 0;
+        return true;
+      }
+      iovec iov{op.buf, op.len};
+      ssize_t n = pwritev2(op.fd, &iov, 1, static_cast<off_t>(op.offset), RWF_NOWAIT);
+      if (n >= 0) {
+        op.result = static_cast<int32_t>(n);
+        return true;
+      }
+      if (errno == EAGAIN || errno == EOPNOTSUPP || errno == EINTR) return false;
+      op.result = -errno;
+      return true;
+    }
     case DiskOp::Kind::kStat:
-      return false;
+    case DiskOp::Kind::kRename:
+    case DiskOp::Kind::kUnlink:
+    case DiskOp::Kind::kMkdir:
+      return false;  // path operations have no "cached only" variant: always queued
   }
   return false;
 }
@@ -371,6 +410,18 @@ void DiskQueue::Impl::start(DiskOp& op) {
     case DiskOp::Kind::kStat:
       io_uring_prep_statx(sqe, AT_FDCWD, op.path.c_str(), AT_STATX_DONT_SYNC, STATX_BASIC_STATS, &s->stx);
       break;
+    case DiskOp::Kind::kWrite:
+      io_uring_prep_write(sqe, op.fd, op.buf, op.len, op.offset);
+      break;
+    case DiskOp::Kind::kRename:
+      io_uring_prep_renameat(sqe, AT_FDCWD, op.path.c_str(), AT_FDCWD, op.path2.c_str(), 0);
+      break;
+    case DiskOp::Kind::kUnlink:
+      io_uring_prep_unlinkat(sqe, AT_FDCWD, op.path.c_str(), 0);
+      break;
+    case DiskOp::Kind::kMkdir:
+      io_uring_prep_mkdirat(sqe, AT_FDCWD, op.path.c_str(), 0700);
+      break;
   }
   ++kernel_refs;
 }
@@ -397,6 +448,12 @@ void DiskQueue::Impl::ring_done(Slot& s, int32_t res) {
       break;
     case DiskOp::Kind::kStat:
       if (res == 0) stat_from_statx(s.stx, op->st);
+      op->result = res;
+      break;
+    case DiskOp::Kind::kWrite:
+    case DiskOp::Kind::kRename:
+    case DiskOp::Kind::kUnlink:
+    case DiskOp::Kind::kMkdir:
       op->result = res;
       break;
   }

@@ -43,7 +43,7 @@ class DiskCallback {
 /// kRead, 0 for kStat), -errno on failure.
 class DiskOp {
  public:
-  enum class Kind { kOpen, kStat, kRead };
+  enum class Kind { kOpen, kStat, kRead, kWrite, kRename, kUnlink, kMkdir };
   Kind kind = Kind::kRead;
   // kOpen: path (NUL-terminated, absolute or relative to the cwd), flags (O_RDONLY|O_CLOEXEC is added);
   //        on success, `st` is also filled (fstat of the new fd).
@@ -51,6 +51,10 @@ class DiskOp {
   std::string path;
   int flags = 0;
   // kRead: fd, buf, len (bytes), offset (bytes).
+  // kWrite: fd, buf, len, offset: pwrite; result = bytes written (may be short, like pwrite(2)).
+  // kRename: path → path2 (rename(2)); kUnlink: path (unlink(2)); kMkdir: path, mode 0700 (mkdir(2)).
+  //          Used by the proxy cache (core/cache/) for its temp files, entries and level directories.
+  std::string path2;
   int fd = -1;
   char* buf = nullptr;
   uint32_t len = 0;

@@ -56,6 +56,9 @@ struct ResponseHead {
   std::string location;               // absolute-path or URL for redirects
   std::string extra;                  // further header lines, each "Name: value\r\n"
   bool accept_ranges = false;
+  /// $upstream_cache_status of this response (MISS, BYPASS, EXPIRED, STALE, UPDATING, REVALIDATED, HIT), set
+  /// by the proxy cache (core/cache); empty when the cache was not involved. Points at a static string.
+  std::string_view cache_status;
 };
 
 /// Receives the request body (decoded: Content-Length bytes or de-chunked data) of a handler that reads it.

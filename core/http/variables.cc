@@ -132,7 +132,9 @@ bool RequestVariables::get(config::VarId id, std::string_view suffix, std::strin
       absl::StrAppend(&out, ex_.connection_requests());
       return true;
     case VarId::kUpstreamCacheStatus:
-      return false;  // set by the proxy cache (not in this build's request path yet)
+      if (ex_.head().cache_status.empty()) return false;
+      out.append(ex_.head().cache_status);  // set by the proxy cache (core/cache)
+      return true;
     case VarId::kDocumentRoot:
     case VarId::kRealpathRoot:
       out.append(ex_.location().root);

@@ -1,0 +1,1045 @@
+// CacheModule and the lookup/lock/fetch/store half of CacheState (the flow: cache_handler.hh; serving an
+// entry: cache_serve.cc).
+#include "core/cache/cache_handler.hh"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "core/base/log.hh"
+#include "core/cache/cache_loader.hh"
+#include "core/cache/cache_state.hh"
+#include "core/cache/cache_variables.hh"
+#include "core/cache/fetch_observer.hh"
+#include "core/cache/freshness.hh"
+#include "core/cache/purge.hh"
+#include "core/http/conditional.hh"
+#include "core/stats/counters.hh"
+
+namespace kosoku::cache {
+
+namespace {
+
+const config::Template& default_key() {
+  static const config::Template kKey = config::compile("$scheme$proxy_host$request_uri", config::SourceLoc{}, nullptr);
+  return kKey;
+}
+
+std::string expand_key(const http::Exchange& ex, const CacheLocConf& cc) {
+  std::string key;
+  CacheVariables vars(ex);
+  config::expand(cc.key != nullptr ? *cc.key : default_key(), vars, key);
+  return key;
+}
+
+uint32_t method_bit(http::Method m) {
+  switch (m) {
+    case http::Method::kGet: return kMethodGet;
+    case http::Method::kHead: return kMethodHead;
+    case http::Method::kPost: return kMethodPost;
+    default: return 0;
+  }
+}
+
+// proxy_cache_purge ... from ADDR[/N]: the client's address against the list.
+bool from_allowed(const std::vector<PurgeConf::From>& list, std::string_view addr_text) {
+  if (list.empty()) return true;
+  std::string a(addr_text);
+  uint8_t bytes[16] = {};
+  int family = AF_INET;
+  if (inet_pton(AF_INET, a.c_str(), bytes) != 1) {
+    if (inet_pton(AF_INET6, a.c_str(), bytes) != 1) return false;
+    family = AF_INET6;
+  }
+  for (const PurgeConf::From& f : list) {
+    if (f.all) return true;
+    if (f.family != family) continue;
+    int bits = f.prefix;
+    bool ok = true;
+    for (int i = 0; bits > 0 && ok; ++i, bits -= 8) {
+      uint8_t mask = bits >= 8 ? 0xff : static_cast<uint8_t>(0xff << (8 - bits));
+      ok = (bytes[i] & mask) == f.addr[i];
+    }
+    if (ok) return true;
+  }
+  return false;
+}
+
+std::optional<int64_t> stored_last_modified(std::span<const http::HeaderField> fields) {
+  for (const http::HeaderField& f : fields) {
+    if (f.token == http::HeaderToken::kLastModified) return http::parse_http_date(f.value);
+  }
+  return std::nullopt;
+}
+
+std::string_view field(std::span<const http::HeaderField> fields, http::HeaderToken t) {
+  for (const http::HeaderField& f : fields) {
+    if (f.token == t) return f.value;
+  }
+  return {};
+}
+
+// Parses stored lines as a response head (for freshness of a merged 304).
+bool parse_stored(int status, std::string_view lines, std::string& text, http::HeaderField* fields, size_t nfields,
+                  http::ParsedResponse& out) {
+  text = absl::StrCat("HTTP/1.1 ", status, " X\r\n", lines, "\r\n");
+  out.fields = std::span<http::HeaderField>(fields, nfields);
+  http::ResponseLimits lim;
+  lim.max_head = text.size() + 1;
+  lim.max_fields = nfields;
+  return http::parse_response_head(text, out, lim, false).status == http::ParseStatus::kComplete;
+}
+
+// Copies the body of an entry into a new file with an updated header (a 304 revalidation, RFC 9111 §4.3.4):
+// reads through the DiskQueue, paced by the writer. Owns itself.
+class EntryRewriter final : public disk::DiskCallback {
+ public:
+  static void start(int fd, const EntryMeta& old, EntryMeta fresh, const StoreWriter::Target& t) {
+    auto* r = new EntryRewriter(fd, old, t);
+    r->writer_ = StoreWriter::start(t, std::move(fresh), [r](bool) { r->writer_done_ = true; });
+    r->writer_->set_progress([r] { r->next(); });
+    r->next();
+  }
+  void on_disk_done(disk::DiskOp& op) override {
+    in_flight_ = false;
+    got(op.result);
+    next();
+  }
+
+ private:
+  static constexpr uint32_t kChunk = 128 * 1024;
+  EntryRewriter(int fd, const EntryMeta& old, const StoreWriter::Target& t)
+      : fd_(fd), offset_(old.header_size), size_(old.body_size), q_(*t.queue), aio_(t.aio) {
+    buf_.resize(kChunk);
+    op_.callback = this;
+  }
+  ~EntryRewriter() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  void got(int32_t res) {
+    if (res <= 0) {
+      writer_->abort();
+      failed_ = true;
+      return;
+    }
+    done_ += static_cast<uint64_t>(res);
+    writer_->append(std::string_view(buf_.data(), static_cast<size_t>(res)));
+  }
+  void next() {
+    if (busy_) return;  // re-entered from the writer's progress callback
+    busy_ = true;
+    while (!in_flight_ && !failed_ && !finished_) {
+      if (done_ >= size_) {
+        finished_ = true;
+        writer_->finish(static_cast<int64_t>(size_));
+        break;
+      }
+      if (writer_->failed()) {
+        writer_->abort();
+        failed_ = true;
+        break;
+      }
+      if (writer_->pending() > 2 * kChunk) break;  // the writer calls next() when it has written
+      uint64_t left = size_ - done_;
+      op_.kind = disk::DiskOp::Kind::kRead;
+      op_.fd = fd_;
+      op_.buf = buf_.data();
+      op_.len = left < kChunk ? static_cast<uint32_t>(left) : kChunk;
+      op_.offset = offset_ + done_;
+      switch (q_.submit(op_, aio_)) {
+        case disk::DiskQueue::Submit::kQueued:
+          in_flight_ = true;
+          break;
+        case disk::DiskQueue::Submit::kOverflow:
+          got(-EAGAIN);
+          break;
+        case disk::DiskQueue::Submit::kDone:
+          got(op_.result);
+          break;
+      }
+    }
+    busy_ = false;
+    if (!in_flight_ && (failed_ || finished_)) {
+      writer_->set_progress({});
+      delete this;
+    }
+  }
+
+  int fd_;
+  uint64_t offset_;
+  uint64_t size_;
+  uint64_t done_ = 0;
+  disk::DiskQueue& q_;
+  config::AioMode aio_;
+  disk::DiskOp op_;
+  std::string buf_;
+  StoreWriter* writer_ = nullptr;
+  bool in_flight_ = false;
+  bool busy_ = false;
+  bool failed_ = false;
+  bool finished_ = false;
+  bool writer_done_ = false;
+};
+
+}  // namespace
+
+// ---------------------------------------------------------------- storing a response
+
+namespace {
+
+// The store decision and, when storable, the writer for an origin response (CacheState and BackgroundFill).
+// `req` is the request that selected the response (Authorization, no-store, the Vary secondary key).
+StoreWriter* begin_store(const http::Exchange& ex, const http::Request& req, CachePath& path,
+                         const std::string& key, const Hash128& primary, const http::ParsedResponse& resp,
+                         int64_t request_time, int64_t now, const StoreWriter::Target& base, NotStored* refusal) {
+  const CacheLocConf& cc = ex.location().cache;
+  *refusal = NotStored::kNo;
+  StoreInput in;
+  in.status = resp.status;
+  in.fields = resp.headers();
+  in.request = &req;
+  in.conf = &cc;
+  in.request_time = request_time;
+  in.response_time = now;
+  StoreDecision d = decide_store(in);
+  if (!d.storable()) {
+    *refusal = d.refusal;
+    return nullptr;
+  }
+  StoreWriter::Target t = base;
+  EntryMeta m;
+  m.key = key;
+  m.status = resp.status;
+  m.freshness = d.freshness;
+  m.etag.assign(field(resp.headers(), http::HeaderToken::kEtag));
+  m.last_modified = stored_last_modified(resp.headers()).value_or(-1);
+  stored_head_lines(resp.headers(), d.strip, m.head);
+  if (!d.vary.empty()) {
+    uint16_t id = path.zone().vary().intern(d.vary);
+    if (id == 0) {
+      *refusal = NotStored::kVaryTooLong;
+      return nullptr;
+    }
+    std::string material;
+    vary_key_material(d.vary, req, material);
+    m.hash = hash_variant(key, material);
+    m.primary = primary;
+    m.vary = d.vary;
+    t.primary = primary;
+    t.vary_id = id;
+  } else {
+    m.hash = primary;
+  }
+  return StoreWriter::start(t, std::move(m));
+}
+
+}  // namespace
+
+// A detached fetch that refreshes an expired entry (proxy_cache_background_update) while the request that
+// found it expired was answered with the stale copy.
+class BackgroundFill final : public FetchSink {
+ public:
+  BackgroundFill(CacheModule& m, http::Exchange& client, CachePath& path, std::string key, const Hash128& locked)
+      : mod_(m), path_(path), key_(std::move(key)), locked_(locked) {
+    FetchExchange::Options opts;
+    opts.head_to_get = true;
+    fetch_ = std::make_unique<FetchExchange>(client, opts, this, true);
+    request_time_ = m.reactor().wall_time();
+  }
+  ~BackgroundFill() {
+    if (writer_ != nullptr) writer_->abort();
+    release_lock();
+  }
+  void start() {
+    if (!fetch_->valid()) {
+      finished_ = true;
+      release_lock();
+      return;
+    }
+    mod_.proxy().forward(*fetch_);
+  }
+  bool done() const { return finished_ && fetch_->done(); }
+
+  void on_fetch_response(const http::ParsedResponse& resp) override {
+    StoreWriter::Target t;
+    t.path = &path_;
+    t.hub = &mod_.registry()->wake_hub();
+    t.queue = &mod_.queue_for(path_, *fetch_);
+    t.aio = fetch_->location().aio;
+    t.core = mod_.core();
+    t.now_s = mod_.reactor().wall_time();
+    t.holds_lock = holds_lock_;
+    t.locked = locked_;
+    NotStored why;
+    if (any_predicate(fetch_->location().cache.no_cache, *fetch_)) return;
+    writer_ = begin_store(*fetch_, fetch_->fetch_request(), path_, key_, hash_key(key_), resp, request_time_,
+                          t.now_s, t, &why);
+    if (writer_ != nullptr) holds_lock_ = false;
+    expected_ = resp.framing == http::ResponseFraming::kContentLength ? static_cast<int64_t>(resp.content_length) : -1;
+  }
+  void on_fetch_head(http::ResponseHead&) override {}
+  void on_fetch_data(const char* data, size_t len, bool) override {
+    if (writer_ != nullptr) writer_->append(std::string_view(data, len));
+  }
+  void on_fetch_end(bool complete) override {
+    if (writer_ == nullptr) return;
+    if (complete) {
+      writer_->finish(expected_);
+    } else {
+      writer_->abort();
+    }
+    writer_ = nullptr;
+  }
+  void on_fetch_finish() override { end(); }
+  void on_fetch_abort() override { end(); }
+  void on_fetch_error(int) override { end(); }
+  void on_fetch_released() override { end(); }
+
+ private:
+  void end() {
+    finished_ = true;
+    if (writer_ != nullptr) {
+      writer_->abort();
+      writer_ = nullptr;
+    }
+    release_lock();
+  }
+  void release_lock() {
+    if (!holds_lock_) return;
+    holds_lock_ = false;
+    uint64_t w = path_.zone().unlock(locked_);
+    if (w != 0) mod_.registry()->wake_hub().notify(w, locked_);
+  }
+
+  CacheModule& mod_;
+  CachePath& path_;
+  std::string key_;
+  Hash128 locked_;
+  bool holds_lock_ = true;
+  std::unique_ptr<FetchExchange> fetch_;
+  StoreWriter* writer_ = nullptr;
+  int64_t expected_ = -1;
+  int64_t request_time_ = 0;
+  bool finished_ = false;
+};
+
+// ---------------------------------------------------------------- CacheModule
+
+std::string_view cache_status_name(CacheStatus s) {
+  switch (s) {
+    case CacheStatus::kNone: return "";
+    case CacheStatus::kMiss: return "MISS";
+    case CacheStatus::kBypass: return "BYPASS";
+    case CacheStatus::kExpired: return "EXPIRED";
+    case CacheStatus::kStale: return "STALE";
+    case CacheStatus::kUpdating: return "UPDATING";
+    case CacheStatus::kRevalidated: return "REVALIDATED";
+    case CacheStatus::kHit: return "HIT";
+  }
+  return "";
+}
+
+CacheModule::CacheModule(http::HttpServer& server, proxy::ProxyModule& proxy, CacheRegistry* reg)
+    : server_(server), proxy_(proxy), reactor_(*server.core().reactor), reg_(reg), core_(reactor_.core_id()) {
+  if (reg_ == nullptr) return;
+  proxy_.set_hooks(this);
+  server_.add_content_handler(&CacheModule::is_purge_location, this);
+  reactor_.add_poller(this);
+  reg_->wake_hub().attach(core_, &reactor_);
+  const int workers = std::max(1, server.core().conf->worker_processes);
+  auto paths = reg_->paths();
+  for (size_t i = 0; i < paths.size(); ++i) {
+    if (static_cast<int>(i % static_cast<size_t>(workers)) != core_) continue;
+    CachePath& p = *paths[i];
+    disk::DiskQueue* q = server.core().queue(p.conf().disk_queue);
+    auto m = std::make_unique<CacheMaintainer>(reactor_, p, *q, config::AioMode::kIoUring);
+    reactor_.add_poller(m.get());
+    maintainers_.push_back(std::move(m));
+  }
+}
+
+CacheModule::~CacheModule() {
+  if (reg_ != nullptr) reg_->wake_hub().attach(core_, nullptr);
+  for (auto& m : maintainers_) m->stop();
+}
+
+disk::DiskQueue& CacheModule::queue_for(const CachePath& path, const http::Exchange& ex) const {
+  return *ex.core().queue(path.conf().disk_queue);
+}
+
+void CacheModule::wait(const Hash128& h, CacheState* s) {
+  waiters_[h].push_back(s);
+  ++counters_.lock_waits;
+}
+
+void CacheModule::unwait(const Hash128& h, CacheState* s) {
+  auto it = waiters_.find(h);
+  if (it == waiters_.end()) return;
+  auto& v = it->second;
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (v[i] == s) {
+      v.erase(v.begin() + static_cast<long>(i));
+      break;
+    }
+  }
+  if (v.empty()) waiters_.erase(it);
+}
+
+void CacheModule::wake_all() {
+  std::vector<CacheState*> all;
+  for (auto& [h, v] : waiters_) all.insert(all.end(), v.begin(), v.end());
+  waiters_.clear();
+  for (CacheState* s : all) s->wake();
+}
+
+bool CacheModule::poll() {
+  bool lost = reg_->wake_hub().drain(core_, [this](const Hash128& h) {
+    auto it = waiters_.find(h);
+    if (it == waiters_.end()) return;
+    std::vector<CacheState*> v = std::move(it->second);
+    waiters_.erase(it);
+    for (CacheState* s : v) s->wake();
+  });
+  if (lost) wake_all();
+  // Retired fetches and finished background fills go once the proxy is done with them.
+  for (size_t i = 0; i < retired_.size();) {
+    if (retired_[i]->done()) {
+      retired_[i] = std::move(retired_.back());
+      retired_.pop_back();
+    } else {
+      ++i;
+    }
+  }
+  for (size_t i = 0; i < fills_.size();) {
+    if (fills_[i]->done()) {
+      fills_[i] = std::move(fills_.back());
+      fills_.pop_back();
+    } else {
+      ++i;
+    }
+  }
+  return false;
+}
+
+void CacheModule::retire(std::unique_ptr<FetchExchange> fx) {
+  if (fx == nullptr) return;
+  fx->detach_sink();
+  retired_.push_back(std::move(fx));
+}
+
+void CacheModule::start_background(http::Exchange& ex, CachePath& path, std::string key, const Hash128& locked) {
+  ++counters_.background;
+  fills_.push_back(std::make_unique<BackgroundFill>(*this, ex, path, std::move(key), locked));
+  fills_.back()->start();
+}
+
+std::unique_ptr<proxy::UpstreamObserver> CacheModule::observe(http::Exchange& ex, const http::ParsedResponse&) {
+  if (auto* fx = dynamic_cast<FetchExchange*>(&ex)) return fx->make_observer();
+  return nullptr;
+}
+
+namespace {
+
+// A purge request (either shape): 200 when something was removed, 404 when nothing was; never forwarded.
+void purge_request(CacheModule& m, http::Exchange& ex, CachePath& path, const std::string& key) {
+  const PurgeConf& pc = ex.location().cache.purge;
+  if (pc.mode == PurgeConf::Mode::kMethod && !from_allowed(pc.from, ex.remote_addr())) {
+    KOSOKU_LOG(kError, "purge forbidden by \"proxy_cache_purge ... from\", client: %s, key: \"%s\"", ex.remote_addr(),
+               key);
+    ex.respond(403);
+    return;
+  }
+  ++m.counters().purges;
+  disk::DiskQueue& q = m.queue_for(path, ex);
+  const config::AioMode aio = ex.location().aio;
+  PurgeResult r = purge(path, key, [&](std::string f) { remove_file_async(q, aio, std::move(f)); });
+  if (r.removed == 0) {
+    ex.respond(404);
+    return;
+  }
+  std::string body = absl::StrCat("Successful purge\nKey: ", key, "\nEntries: ", r.removed, "\n");
+  ex.respond(200, body, "text/plain");
+}
+
+}  // namespace
+
+void CacheModule::handle(http::Exchange& ex) {
+  const PurgeConf& pc = ex.location().cache.purge;
+  CachePath* path = reg_ != nullptr ? reg_->find(pc.zone) : nullptr;
+  if (path == nullptr || pc.key == nullptr) {
+    ex.respond(500);
+    return;
+  }
+  std::string key;
+  CacheVariables vars(ex);
+  config::expand(*pc.key, vars, key);
+  purge_request(*this, ex, *path, key);
+}
+
+bool CacheModule::intercept(http::Exchange& ex) {
+  const config::LocationConf& loc = ex.location();
+  const CacheLocConf& cc = loc.cache;
+  if (cc.purge.mode == PurgeConf::Mode::kZoneKey) {
+    handle(ex);
+    return true;
+  }
+  const http::Request& req = ex.request();
+  const bool purging = cc.purge.mode == PurgeConf::Mode::kMethod && req.method_text == cc.purge.method;
+  if (!cc.enabled && !purging) return false;
+  CachePath* path = nullptr;
+  if (cc.enabled && cc.zone_tpl != nullptr) {
+    std::string zone;
+    CacheVariables vars(ex);
+    config::expand(*cc.zone_tpl, vars, zone);
+    if (zone.empty() || zone == "off") {
+      if (!purging) return false;
+    } else {
+      path = reg_->find(zone);
+      if (path == nullptr) {
+        KOSOKU_LOG(kError, "cache \"%s\" not found, client: %s", zone, ex.remote_addr());
+        ex.respond(500);
+        return true;
+      }
+    }
+  } else if (cc.enabled) {
+    path = reg_->find(cc.zone);
+  }
+  if (path == nullptr) {
+    if (purging) {
+      ex.respond(404);
+      return true;
+    }
+    return false;
+  }
+  std::string key = expand_key(ex, cc);
+  if (purging) {
+    purge_request(*this, ex, *path, key);
+    return true;
+  }
+  if ((cc.methods & method_bit(req.method)) == 0) return false;  // not cached: the proxy forwards it as is
+  const bool bypass = any_predicate(cc.bypass, ex);
+
+  std::unique_ptr<http::ContentState>& slot = ex.state();
+  auto* st = dynamic_cast<CacheState*>(slot.get());
+  if (st == nullptr || !st->reusable()) {
+    auto fresh = std::make_unique<CacheState>(*this, ex);
+    fresh->adopt(std::move(slot));
+    st = fresh.get();
+    slot = std::move(fresh);
+  }
+  st->start(*path, std::move(key), bypass);
+  return true;
+}
+
+// ---------------------------------------------------------------- CacheState: lookup, lock, fetch
+
+CacheState::~CacheState() {
+  if (armed()) mod_.reactor().timers().cancel(*this);
+  if (waiting_) mod_.unwait(hash_, this);
+  if (writer_ != nullptr) writer_->abort();
+  release_lock();
+  if (fetch_ != nullptr) mod_.retire(std::move(fetch_));
+  std::free(buf_[0]);
+  std::free(buf_[1]);
+}
+
+bool CacheState::reusable() const {
+  return (phase_ == Phase::kDone || phase_ == Phase::kIdle) && !task_queued_ && !armed() && !reader_.busy() &&
+         !read_in_flight_ && ex_.pending_output() == 0;
+}
+
+int64_t CacheState::now_s() const { return mod_.reactor().wall_time(); }
+uint64_t CacheState::now_ms() const { return mod_.reactor().now_ms(); }
+
+void CacheState::start(CachePath& path, std::string key, bool bypass) {
+  if (predecessor_ != nullptr && ex_.pending_output() == 0) predecessor_.reset();
+  if (fetch_ != nullptr) mod_.retire(std::move(fetch_));
+  reader_.close();
+  path_ = &path;
+  key_ = std::move(key);
+  primary_ = hash_key(key_);
+  hash_ = primary_;
+  variant_ = false;
+  entry_.reset();
+  phase_ = Phase::kIdle;
+  status_ = CacheStatus::kNone;
+  aborted_ = false;
+  released_ = false;
+  waiting_ = false;
+  lock_deadline_ms_ = 0;
+  lock_held_ = false;
+  store_allowed_ = true;
+  revalidating_ = false;
+  have_entry_ = false;
+  passthrough_ = false;
+  fetch_released_ = false;
+  writer_ = nullptr;
+  expected_length_ = -1;
+  pieces_.clear();
+  streaming_ = false;
+  read_ready_ = false;
+  if (bypass) {
+    ++mod_.counters().bypass;
+    fetch(CacheStatus::kBypass, false, true);
+    return;
+  }
+  lookup();
+}
+
+void CacheState::lookup() {
+  phase_ = Phase::kIdle;
+  CacheZone& z = path_->zone();
+  const int64_t now = now_s();
+  hash_ = primary_;
+  variant_ = false;
+  std::optional<EntryView> v = z.lookup(hash_, now);
+  if (v && (v->flags & kEntryPrimary)) {
+    std::string material;
+    vary_key_material(z.vary().get(v->vary_id), ex_.request(), material);
+    hash_ = hash_variant(key_, material);
+    variant_ = true;
+    v = z.lookup(hash_, now);
+  }
+  entry_ = v;
+  if ((v && v->exists()) || !path_->loaded()) {
+    // Not loaded yet: the file may be on disk although the loader has not reached it (nginx reads it too).
+    phase_ = Phase::kOpening;
+    reader_.open(path_->path_of(hash_), hash_, key_, mod_.queue_for(*path_, ex_), ex_.location().aio, this);
+    return;
+  }
+  miss();
+}
+
+void CacheState::on_entry_open(EntryReader&, int error) {
+  if (phase_ != Phase::kOpening) return;
+  if (aborted_) {
+    maybe_release();
+    return;
+  }
+  CacheZone& z = path_->zone();
+  if (error != 0) {
+    if (entry_ && entry_->exists()) {
+      if (z.remove_if_same(*entry_) && error == -EINVAL) {
+        remove_file_async(mod_.queue_for(*path_, ex_), ex_.location().aio, path_->path_of(hash_));
+      }
+    }
+    entry_.reset();
+    miss();
+    return;
+  }
+  have_entry_ = true;
+  const EntryMeta& m = reader_.meta();
+  if (!entry_ || !entry_->exists()) {
+    // Found on disk before the loader: index it (never over a newer entry).
+    std::optional<EntryView> ev;
+    const Freshness& f = m.freshness;
+    CacheZone::Commit c{(f.flags & kFlagAlwaysRevalidate) ? 0 : f.expires_at(), m.header_size + m.body_size, 0, 0,
+                        true};
+    if (!m.primary.zero()) {
+      c.extra_flags = kEntryVariant;
+      c.parent = m.primary.tag();
+    }
+    z.commit(hash_, c, now_s(), &ev);
+    if (ev && ev->exists()) {
+      remove_file_async(mod_.queue_for(*path_, ex_), ex_.location().aio, path_->path_of(ev->hash));
+    }
+    z.keys().put(hash_, key_);
+  }
+  if (m.freshness.fresh(now_s())) {
+    ++mod_.counters().hits;
+    served_ = m;
+    serve(CacheStatus::kHit);
+    return;
+  }
+  expired();
+}
+
+void CacheState::expired() {
+  const Freshness& f = reader_.meta().freshness;
+  const CacheLocConf& cc = conf();
+  const bool updating_ok = stale_allowed(f, now_s(), cc.use_stale, kStaleUpdating);
+  std::optional<EntryView> ev;
+  CacheZone::LockResult r = path_->zone().try_lock(hash_, now_ms(), cc.lock_age_ms, now_s(), &ev);
+  if (ev && ev->exists()) remove_file_async(mod_.queue_for(*path_, ex_), ex_.location().aio, path_->path_of(ev->hash));
+  if (r == CacheZone::LockResult::kBusy) {
+    if (updating_ok) {
+      ++mod_.counters().updating;
+      served_ = reader_.meta();
+      serve(CacheStatus::kUpdating);
+      return;
+    }
+    if (cc.lock) {
+      wait_lock();
+      return;
+    }
+    ++mod_.counters().expired;
+    fetch(CacheStatus::kExpired, cc.revalidate && (!reader_.meta().etag.empty() || reader_.meta().last_modified >= 0),
+          true);
+    return;
+  }
+  lock_held_ = true;
+  if (cc.background_update && updating_ok) {
+    // The lock goes to the background fill; this request is answered with the stale copy.
+    lock_held_ = false;
+    mod_.start_background(ex_, *path_, key_, hash_);
+    ++mod_.counters().stale;
+    served_ = reader_.meta();
+    serve(CacheStatus::kStale);
+    return;
+  }
+  ++mod_.counters().expired;
+  const EntryMeta& m = reader_.meta();
+  fetch(CacheStatus::kExpired, cc.revalidate && (!m.etag.empty() || m.last_modified >= 0), true);
+}
+
+void CacheState::miss() {
+  const CacheLocConf& cc = conf();
+  CacheZone& z = path_->zone();
+  std::optional<EntryView> ev;
+  EntryView v = z.count_use(hash_, now_s(), &ev);
+  if (ev && ev->exists()) remove_file_async(mod_.queue_for(*path_, ex_), ex_.location().aio, path_->path_of(ev->hash));
+  store_allowed_ = v.uses >= cc.min_uses;
+  if (store_allowed_ && cc.lock) {
+    ev.reset();
+    CacheZone::LockResult r = z.try_lock(hash_, now_ms(), cc.lock_age_ms, now_s(), &ev);
+    if (ev && ev->exists()) {
+      remove_file_async(mod_.queue_for(*path_, ex_), ex_.location().aio, path_->path_of(ev->hash));
+    }
+    if (r == CacheZone::LockResult::kBusy) {
+      wait_lock();
+      return;
+    }
+    lock_held_ = true;
+  }
+  ++mod_.counters().misses;
+  fetch(CacheStatus::kMiss, false, store_allowed_);
+}
+
+void CacheState::wait_lock() {
+  const uint64_t now = now_ms();
+  if (lock_deadline_ms_ == 0) lock_deadline_ms_ = now + conf().lock_timeout_ms;
+  if (now >= lock_deadline_ms_) {
+    fire();
+    return;
+  }
+  if (!path_->zone().add_waiter(hash_, mod_.core(), now)) {
+    // Released between our look and now: look again on the next turn.
+    phase_ = Phase::kWaitingLock;
+    task_queued_ = true;
+    mod_.reactor().post(this);
+    return;
+  }
+  phase_ = Phase::kWaitingLock;
+  waiting_ = true;
+  mod_.wait(hash_, this);
+  mod_.reactor().timers().arm(*this, lock_deadline_ms_);
+}
+
+void CacheState::wake() {
+  if (!waiting_) return;
+  waiting_ = false;
+  if (armed()) mod_.reactor().timers().cancel(*this);
+  task_queued_ = true;
+  mod_.reactor().post(this);
+}
+
+void CacheState::run() {
+  task_queued_ = false;
+  if (aborted_) {
+    maybe_release();
+    return;
+  }
+  if (phase_ != Phase::kWaitingLock) return;
+  reader_.close();
+  have_entry_ = false;
+  lookup();
+}
+
+void CacheState::fire() {
+  // proxy_cache_lock_timeout: go to the origin, and do not cache the response (nginx).
+  if (waiting_) {
+    waiting_ = false;
+    mod_.unwait(hash_, this);
+  }
+  if (aborted_) {
+    maybe_release();
+    return;
+  }
+  ++mod_.counters().lock_timeouts;
+  ++mod_.counters().misses;
+  store_allowed_ = false;
+  reader_.close();
+  have_entry_ = false;
+  fetch(CacheStatus::kMiss, false, false);
+}
+
+void CacheState::fetch(CacheStatus status, bool revalidate, bool store_allowed) {
+  status_ = status;
+  revalidating_ = revalidate;
+  store_allowed_ = store_allowed;
+  phase_ = Phase::kFetching;
+  FetchExchange::Options opts;
+  const CacheLocConf& cc = conf();
+  opts.head_to_get = cc.convert_head && ex_.request().method == http::Method::kHead;
+  if (revalidate) {
+    const EntryMeta& m = reader_.meta();
+    char date[http::kHttpDateLen];
+    std::string_view lm = m.last_modified >= 0 ? http::format_http_date(m.last_modified, date) : std::string_view();
+    opts.extra_fields = revalidation_fields(m.etag, lm);
+  }
+  fetch_ = std::make_unique<FetchExchange>(ex_, opts, this, false);
+  if (!fetch_->valid()) {
+    release_lock();
+    mod_.retire(std::move(fetch_));
+    phase_ = Phase::kDone;
+    ex_.respond(500);
+    return;
+  }
+  request_time_ = now_s();
+  mod_.proxy().forward(*fetch_);  // may call back before returning
+}
+
+void CacheState::takeover() {
+  passthrough_ = false;
+  if (fetch_ != nullptr) mod_.retire(std::move(fetch_));
+}
+
+void CacheState::release_lock() {
+  if (!lock_held_ || path_ == nullptr) return;
+  lock_held_ = false;
+  uint64_t w = path_->zone().unlock(hash_);
+  if (w != 0) mod_.registry()->wake_hub().notify(w, hash_);
+}
+
+void CacheState::on_fetch_response(const http::ParsedResponse& resp) {
+  if (phase_ != Phase::kFetching) return;
+  const CacheLocConf& cc = conf();
+  if (revalidating_ && resp.status == 304 && have_entry_) {
+    const EntryMeta& m = reader_.meta();
+    char date[http::kHttpDateLen];
+    std::string_view lm = m.last_modified >= 0 ? http::format_http_date(m.last_modified, date) : std::string_view();
+    if (validators_match_304(resp.headers(), m.etag, lm)) {
+      revalidated(resp);
+      return;
+    }
+  }
+  if (have_entry_) {
+    const uint32_t cond = stale_condition_for_status(resp.status);
+    if (cond != 0 && stale_allowed(reader_.meta().freshness, now_s(), cc.use_stale, cond)) {
+      release_lock();
+      takeover();
+      ++mod_.counters().stale;
+      served_ = reader_.meta();
+      serve(CacheStatus::kStale);
+      return;
+    }
+  }
+  passthrough_ = true;
+  fetch_->set_passthrough(true);
+  expected_length_ =
+      resp.framing == http::ResponseFraming::kContentLength ? static_cast<int64_t>(resp.content_length) : -1;
+  start_store(resp);
+}
+
+void CacheState::start_store(const http::ParsedResponse& resp) {
+  const bool head_fetch = fetch_->fetch_request().method == http::Method::kHead;  // no body to store
+  if (!store_allowed_ || head_fetch || any_predicate(conf().no_cache, ex_)) {
+    release_lock();
+    return;
+  }
+  StoreWriter::Target t;
+  t.path = path_;
+  t.hub = &mod_.registry()->wake_hub();
+  t.queue = &mod_.queue_for(*path_, ex_);
+  t.aio = ex_.location().aio;
+  t.core = mod_.core();
+  t.now_s = now_s();
+  t.holds_lock = lock_held_;
+  t.locked = hash_;
+  NotStored why;
+  writer_ = begin_store(ex_, ex_.request(), *path_, key_, primary_, resp, request_time_, t.now_s, t, &why);
+  if (writer_ != nullptr) {
+    lock_held_ = false;  // the writer releases it (commit or failure)
+    return;
+  }
+  release_lock();
+  // The origin now says "do not store" (no-store, private, Set-Cookie, ...): forget the old copy.
+  if (have_entry_ && resp.status < 500 && why != NotStored::kStatus) {
+    if (std::optional<EntryView> old = path_->zone().remove(hash_); old && old->exists()) {
+      remove_file_async(*t.queue, t.aio, path_->path_of(hash_));
+    }
+  }
+}
+
+void CacheState::revalidated(const http::ParsedResponse& resp) {
+  takeover();
+  ++mod_.counters().revalidated;
+  const EntryMeta& old = reader_.meta();
+  served_ = old;
+  served_.head = merge_304(old.head, resp.headers(), "set-cookie");
+  std::string text;
+  http::HeaderField fields[100];
+  http::ParsedResponse merged;
+  StoreDecision d;
+  if (parse_stored(old.status, served_.head, text, fields, std::size(fields), merged)) {
+    StoreInput in;
+    in.status = old.status;
+    in.fields = merged.headers();
+    in.request = &ex_.request();
+    in.conf = &conf();
+    in.request_time = request_time_;
+    in.response_time = now_s();
+    d = decide_store(in);
+    served_.etag.assign(field(merged.headers(), http::HeaderToken::kEtag));
+    served_.last_modified = stored_last_modified(merged.headers()).value_or(-1);
+  } else {
+    d.refusal = NotStored::kNoValidity;
+  }
+  if (d.storable() && d.vary == old.vary) {
+    served_.freshness = d.freshness;
+    StoreWriter::Target t;
+    t.path = path_;
+    t.hub = &mod_.registry()->wake_hub();
+    t.queue = &mod_.queue_for(*path_, ex_);
+    t.aio = ex_.location().aio;
+    t.core = mod_.core();
+    t.now_s = now_s();
+    t.holds_lock = lock_held_;
+    t.locked = hash_;
+    if (!old.primary.zero()) {
+      t.primary = old.primary;
+      t.vary_id = path_->zone().vary().intern(old.vary);
+    }
+    lock_held_ = false;
+    int fd = ::dup(reader_.fd());
+    if (fd >= 0) {
+      EntryRewriter::start(fd, old, served_, t);
+    } else {
+      path_->zone().set_expires(hash_, served_.freshness.expires_at());
+      if (t.holds_lock) {
+        uint64_t w = path_->zone().unlock(hash_);
+        if (w != 0) t.hub->notify(w, hash_);
+      }
+    }
+  } else {
+    // No longer storable after the merge: answer this once from the entry, then forget it.
+    release_lock();
+    if (std::optional<EntryView> gone = path_->zone().remove(hash_); gone && gone->exists()) {
+      remove_file_async(mod_.queue_for(*path_, ex_), ex_.location().aio, path_->path_of(hash_));
+    }
+    served_.freshness.response_time = now_s();
+    served_.freshness.corrected_initial_age = 0;
+  }
+  serve(CacheStatus::kRevalidated);
+}
+
+void CacheState::on_fetch_head(http::ResponseHead& head) {
+  if (!passthrough_) return;
+  http::ResponseHead& h = ex_.head();
+  h = head;
+  h.cache_status = cache_status_name(status_);
+  ex_.send_head();
+}
+
+void CacheState::on_fetch_data(const char* data, size_t len, bool by_ref) {
+  if (writer_ != nullptr) writer_->append(std::string_view(data, len));
+  if (!passthrough_) return;
+  if (by_ref) {
+    ex_.write_ref(data, len);
+  } else {
+    ex_.write(std::string_view(data, len));
+  }
+}
+
+void CacheState::on_fetch_end(bool complete) {
+  if (writer_ == nullptr) return;
+  if (complete) {
+    writer_->finish(expected_length_);
+  } else {
+    writer_->abort();  // a response cut off by the origin is never cached
+  }
+  writer_ = nullptr;
+}
+
+void CacheState::on_fetch_finish() {
+  if (!passthrough_) return;
+  phase_ = Phase::kDone;
+  mod_.retire(std::move(fetch_));
+  ex_.finish();
+}
+
+void CacheState::on_fetch_abort() {
+  if (writer_ != nullptr) {
+    writer_->abort();
+    writer_ = nullptr;
+  }
+  if (!passthrough_) return;
+  phase_ = Phase::kDone;
+  mod_.retire(std::move(fetch_));
+  ex_.abort_response();
+}
+
+void CacheState::on_fetch_error(int status) {
+  if (writer_ != nullptr) {
+    writer_->abort();
+    writer_ = nullptr;
+  }
+  release_lock();
+  takeover();
+  if (have_entry_) {
+    const Freshness& f = reader_.meta().freshness;
+    const uint32_t use = conf().use_stale;
+    const bool stale = status == 504 ? stale_allowed(f, now_s(), use, kStaleTimeout)
+                                     : stale_allowed(f, now_s(), use, kStaleError) ||
+                                           (status == 502 && stale_allowed(f, now_s(), use, kStaleInvalidHeader));
+    if (stale) {
+      ++mod_.counters().stale;
+      served_ = reader_.meta();
+      serve(CacheStatus::kStale);
+      return;
+    }
+  }
+  phase_ = Phase::kDone;
+  ex_.head().cache_status = cache_status_name(status_);
+  ex_.respond(status);
+}
+
+void CacheState::on_fetch_released() {
+  fetch_released_ = true;
+  maybe_release();
+}
+
+void CacheState::on_abort() {
+  aborted_ = true;
+  if (armed()) mod_.reactor().timers().cancel(*this);
+  if (waiting_) {
+    waiting_ = false;
+    mod_.unwait(hash_, this);
+  }
+  if (writer_ != nullptr) {
+    writer_->abort();
+    writer_ = nullptr;
+  }
+  release_lock();
+  streaming_ = false;
+  if (fetch_ != nullptr && !fetch_->done() && fetch_->state() != nullptr) {
+    fetch_->state()->on_abort();  // the proxy closes the upstream and calls release(): on_fetch_released
+    return;
+  }
+  maybe_release();
+}
+
+void CacheState::maybe_release() {
+  if (!aborted_ || released_) return;
+  if (reader_.busy() || read_in_flight_ || task_queued_) return;
+  if (fetch_ != nullptr && !fetch_->done()) return;
+  if (fetch_ != nullptr) mod_.retire(std::move(fetch_));
+  released_ = true;
+  phase_ = Phase::kDone;
+  ex_.release();
+}
+
+}  // namespace kosoku::cache

@@ -1,0 +1,109 @@
+// The proxy cache on one core (nginx's ngx_http_upstream cache path + ngx_http_file_cache): installed on the
+// core's ProxyModule as its ProxyHooks, so every proxy_pass request passes here first.
+//
+// Per request with `proxy_cache` on (CacheState, cache_state.hh):
+//   1. the zone (literal, or `proxy_cache $var`: split_clients), the key (proxy_cache_key), proxy_cache_bypass;
+//      PURGE-style requests (proxy_cache_purge on|METHOD) are answered here and never forwarded;
+//   2. lookup in the keys zone (no lock: cache_zone.hh) — the Vary primary leads to the variant of this
+//      request (its secondary key, RFC 9111 §4.1);
+//   3. HIT (fresh): the entry is opened and served from disk with `Age`, answering the client's conditional
+//      requests (If-None-Match with weak comparison and lists, If-Modified-Since) and ranges itself (C15, C17,
+//      C13);
+//   4. MISS: proxy_cache_min_uses counts uses; proxy_cache_lock lets one request fetch while the others wait
+//      to be woken by the fill's commit (WakeHub: no polling), up to proxy_cache_lock_timeout, after which they
+//      go to the origin uncached (nginx); the response is passed to the client and, if storable
+//      (freshness.hh, proxy_no_cache), teed into a StoreWriter that commits only a complete body;
+//   5. EXPIRED: the stale entry is revalidated (proxy_cache_revalidate: If-None-Match / If-Modified-Since from
+//      the stored validators) — a 304 gives REVALIDATED (the stored head merged with the 304's fields, §4.3.4,
+//      rewritten to disk) — or refetched; with `proxy_cache_use_stale updating` requests arriving meanwhile get
+//      the stale copy (UPDATING), and with proxy_cache_background_update the request that found it expired
+//      does too (STALE) while a detached fetch refreshes it;
+//   6. STALE on origin errors (use_stale error/timeout/http_5xx...), never for must-revalidate,
+//      proxy-revalidate, s-maxage or no-cache responses (§4.2.4, C26).
+// $upstream_cache_status (ResponseHead::cache_status) is set on every cached-location response.
+//
+// The origin is reached through a FetchExchange (fetch_exchange.hh) handed to ProxyModule::forward(), so the
+// proxy's own code (upstreams, retries, timeouts, framing, bounded buffering) does the fetching unchanged.
+#pragma once
+
+#include <memory>
+#include <string_view>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "core/cache/cache_key.hh"
+#include "core/cache/cache_paths.hh"
+#include "core/http/connection.hh"
+#include "core/proxy/proxy_handler.hh"
+
+namespace kosoku::cache {
+
+class CacheState;
+class CacheMaintainer;
+class BackgroundFill;
+class FetchExchange;
+
+/// $upstream_cache_status values.
+enum class CacheStatus : uint8_t { kNone, kMiss, kBypass, kExpired, kStale, kUpdating, kRevalidated, kHit };
+std::string_view cache_status_name(CacheStatus s);
+
+class CacheModule final : public proxy::ProxyHooks, public reactor::Poller, public http::ContentHandler {
+ public:
+  /// Installs itself on `proxy` and `server` (the content handler of `proxy_cache_purge ZONE KEY` locations),
+  /// adds a poller to the loop, attaches the core to the registry's WakeHub and starts the loader/manager of
+  /// the cache paths this core runs (path i on core i % worker_processes). `reg` null: a module that only
+  /// lets every request through (no proxy_cache_path in the configuration).
+  CacheModule(http::HttpServer& server, proxy::ProxyModule& proxy, CacheRegistry* reg);
+  ~CacheModule() override;
+  CacheModule(const CacheModule&) = delete;
+  CacheModule& operator=(const CacheModule&) = delete;
+
+  static bool is_purge_location(const config::LocationConf& loc) {
+    return loc.cache.purge.mode == PurgeConf::Mode::kZoneKey && !loc.proxy.pass;
+  }
+
+  // proxy::ProxyHooks
+  bool intercept(http::Exchange& ex) override;
+  std::unique_ptr<proxy::UpstreamObserver> observe(http::Exchange& ex, const http::ParsedResponse& resp) override;
+  // reactor::Poller: lock wake-ups from other cores, retired fetches.
+  bool poll() override;
+  // http::ContentHandler: `proxy_cache_purge ZONE KEY` locations.
+  void handle(http::Exchange& ex) override;
+
+  // ---- for CacheState and friends
+  proxy::ProxyModule& proxy() { return proxy_; }
+  reactor::Reactor& reactor() { return reactor_; }
+  CacheRegistry* registry() { return reg_; }
+  int core() const { return core_; }
+  /// The DiskQueue of `path` on this core.
+  disk::DiskQueue& queue_for(const CachePath& path, const http::Exchange& ex) const;
+  /// Waiters for the lock of `h` on this core (woken by poll()).
+  void wait(const Hash128& h, CacheState* s);
+  void unwait(const Hash128& h, CacheState* s);
+  /// Takes a FetchExchange the cache no longer follows; it is deleted once the proxy is done with it.
+  void retire(std::unique_ptr<FetchExchange> fx);
+  /// Starts a background update of an expired entry (proxy_cache_background_update); the fill owns the lock.
+  void start_background(http::Exchange& ex, CachePath& path, std::string key, const Hash128& locked);
+
+  struct Counters {
+    uint64_t hits = 0, misses = 0, expired = 0, stale = 0, updating = 0, revalidated = 0, bypass = 0;
+    uint64_t lock_waits = 0, lock_timeouts = 0, purges = 0, background = 0;
+  };
+  Counters& counters() { return counters_; }
+
+ private:
+  void wake_all();
+
+  http::HttpServer& server_;
+  proxy::ProxyModule& proxy_;
+  reactor::Reactor& reactor_;
+  CacheRegistry* reg_;
+  int core_;
+  absl::flat_hash_map<Hash128, std::vector<CacheState*>, Hash128Hasher> waiters_;
+  std::vector<std::unique_ptr<FetchExchange>> retired_;
+  std::vector<std::unique_ptr<BackgroundFill>> fills_;
+  std::vector<std::unique_ptr<CacheMaintainer>> maintainers_;
+  Counters counters_;
+};
+
+}  // namespace kosoku::cache

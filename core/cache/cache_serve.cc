@@ -1,0 +1,208 @@
+// CacheState, serving half: an entry (HIT, UPDATING, STALE, REVALIDATED) becomes the response — the stored
+// head through the proxy's own build_response_head (so a hit carries exactly what the miss did, minus the
+// proxy's hidden fields), `Age` (RFC 9111 §5.1), the client's preconditions answered from the stored
+// validators (RFC 9110 §13.2.2: If-None-Match with weak comparison and lists → 304 carrying ETag, Vary,
+// Cache-Control, Expires... as the 200 would: C15, C17), ranges of a 200 (§14; the body offsets are clamped to
+// the stored body, C13), and the body streamed from disk in bounded chunks (two buffers, zero-copy).
+#include <cstdlib>
+
+#include "absl/strings/str_cat.h"
+#include "core/base/log.hh"
+#include "core/cache/cache_state.hh"
+#include "core/http/conditional.hh"
+#include "core/proxy/proxy_request.hh"
+
+namespace kosoku::cache {
+
+namespace {
+
+constexpr size_t kChunk = 128 * 1024;  // per buffer; two per request
+constexpr size_t kMaxRanges = 16;      // nginx max_ranges default (unlimited) capped like the static handler
+
+uint64_t g_boundary_seed = 0x2545F4914F6CDD1Dull;
+
+}  // namespace
+
+void CacheState::serve(CacheStatus status) {
+  status_ = status;
+  phase_ = Phase::kServing;
+  const EntryMeta& m = served_;
+  head_text_.clear();
+  absl::StrAppend(&head_text_, "HTTP/1.1 ", m.status, " X\r\n", m.head, "\r\n");
+  head_resp_.fields = std::span<http::HeaderField>(head_fields_, std::size(head_fields_));
+  http::ResponseLimits lim;
+  lim.max_head = head_text_.size() + 1;
+  lim.max_fields = std::size(head_fields_);
+  if (http::parse_response_head(head_text_, head_resp_, lim, false).status != http::ParseStatus::kComplete) {
+    KOSOKU_LOG(kCrit, "cache file \"%s\" has an invalid stored head", path_->path_of(hash_));
+    phase_ = Phase::kDone;
+    ex_.respond(502);
+    return;
+  }
+  http::ResponseHead& h = ex_.head();
+  proxy::build_response_head(head_resp_, ex_.location().proxy, h);
+  const uint64_t size = m.body_size;
+  h.content_length = static_cast<int64_t>(size);
+  h.cache_status = cache_status_name(status);
+  absl::StrAppend(&h.extra, "Age: ", m.freshness.current_age(now_s()), "\r\n");
+
+  pieces_.clear();
+  piece_ = 0;
+  piece_done_ = 0;
+  const http::Request& req = ex_.request();
+  if (m.status == 200) {
+    http::Validators v;
+    v.etag = h.etag;
+    if (m.last_modified >= 0) v.last_modified = m.last_modified;
+    switch (http::evaluate_preconditions(req, v, ex_.location().if_modified_since)) {
+      case http::Precondition::kPreconditionFailed:
+        phase_ = Phase::kDone;
+        ex_.respond(412);
+        return;
+      case http::Precondition::kNotModified:
+        h.status = 304;
+        h.content_length = -1;
+        phase_ = Phase::kDone;
+        ex_.send_head();
+        ex_.finish();
+        return;
+      case http::Precondition::kProceed:
+        break;
+    }
+    h.accept_ranges = true;
+    http::ByteRange ranges[kMaxRanges];
+    http::RangeResult rr = http::evaluate_range(req, v, size, http::RangeLimits{}, ranges);
+    if (rr.outcome == http::RangeOutcome::kUnsatisfiable) {
+      h.extra = absl::StrCat("Content-Range: bytes */", size, "\r\n");
+      h.etag.clear();
+      phase_ = Phase::kDone;
+      ex_.respond(416);
+      return;
+    }
+    if (rr.outcome == http::RangeOutcome::kSatisfiable && rr.count == 1) {
+      h.status = 206;
+      absl::StrAppend(&h.extra, "Content-Range: bytes ", ranges[0].first, "-", ranges[0].last, "/", size, "\r\n");
+      pieces_.push_back(Piece{{}, ranges[0].first, ranges[0].size()});
+      h.content_length = static_cast<int64_t>(ranges[0].size());
+    } else if (rr.outcome == http::RangeOutcome::kSatisfiable) {
+      h.status = 206;
+      g_boundary_seed = g_boundary_seed * 6364136223846793005ull + 1442695040888963407ull;
+      boundary_ = http::make_boundary(g_boundary_seed ^ mod_.reactor().now_ns());
+      http::MultipartPlan plan = http::plan_multipart_byteranges(std::span<const http::ByteRange>(ranges, rr.count),
+                                                                 size, h.content_type, boundary_);
+      multipart_type_ = std::move(plan.content_type);
+      h.content_type = multipart_type_;
+      for (http::MultipartPart& p : plan.parts) {
+        pieces_.push_back(Piece{std::move(p.header), 0, 0});
+        pieces_.push_back(Piece{{}, p.offset, p.length});
+      }
+      pieces_.push_back(Piece{std::move(plan.closing), 0, 0});
+      h.content_length = static_cast<int64_t>(plan.content_length);
+    }
+  }
+  if (pieces_.empty() && size > 0) pieces_.push_back(Piece{{}, 0, size});
+  ex_.send_head();
+  if (req.method == http::Method::kHead || pieces_.empty()) {
+    finish_response();
+    return;
+  }
+  streaming_ = true;
+  pump();
+}
+
+// Moves the body forward: literal pieces are copied, body ranges are read from the entry (clamped to the body by
+// EntryReader::read) into the free buffer and handed over by reference; bytes that came with the header read are
+// copied. A buffer is free again once every byte written from it has been sent.
+void CacheState::pump() {
+  if (pumping_) return;
+  pumping_ = true;
+  while (streaming_ && !read_in_flight_) {
+    if (read_ready_) {
+      read_ready_ = false;
+      read_done(ready_data_, ready_error_);
+      continue;
+    }
+    if (piece_ >= pieces_.size()) {
+      streaming_ = false;
+      pumping_ = false;
+      finish_response();
+      return;
+    }
+    Piece& p = pieces_[piece_];
+    if (p.length == 0) {
+      ex_.write(p.text);
+      written_ += p.text.size();
+      ++piece_;
+      continue;
+    }
+    const int b = next_buf_;
+    const uint64_t after = written_ - end_mark_[b];
+    if (end_mark_[b] != 0 && ex_.pending_output() > after) {
+      ex_.set_low_water(after);
+      break;
+    }
+    if (buf_[b] == nullptr) buf_[b] = static_cast<char*>(std::malloc(kChunk));
+    const uint64_t left = p.length - piece_done_;
+    const uint32_t want = static_cast<uint32_t>(left < kChunk ? left : kChunk);
+    read_in_flight_ = true;
+    reader_.read(p.offset + piece_done_, buf_[b], want);  // the result may arrive before read() returns
+  }
+  pumping_ = false;
+}
+
+void CacheState::on_entry_data(EntryReader&, std::string_view data, int error) {
+  read_in_flight_ = false;
+  if (aborted_) {
+    maybe_release();
+    return;
+  }
+  if (!streaming_) return;
+  if (pumping_) {
+    read_ready_ = true;
+    ready_data_ = data;
+    ready_error_ = error;
+    return;
+  }
+  read_done(data, error);
+  if (streaming_) pump();
+}
+
+void CacheState::read_done(std::string_view data, int error) {
+  if (error != 0 || data.empty()) {
+    KOSOKU_LOG(kCrit, "read() of cache file \"%s\" failed (%d)", path_->path_of(hash_), -error);
+    streaming_ = false;
+    phase_ = Phase::kDone;
+    ex_.abort_response();  // the head is out: cut the connection rather than send a short body
+    return;
+  }
+  const int b = next_buf_;
+  if (data.data() == buf_[b]) {
+    ex_.write_ref(data.data(), data.size());
+    written_ += data.size();
+    end_mark_[b] = written_;
+    next_buf_ = 1 - b;
+  } else {
+    ex_.write(data);  // bytes from the header read (they live in the reader, which the next request reuses)
+    written_ += data.size();
+  }
+  piece_done_ += data.size();
+  if (piece_done_ >= pieces_[piece_].length) {
+    ++piece_;
+    piece_done_ = 0;
+  }
+}
+
+void CacheState::on_writable() {
+  if (passthrough_ && fetch_ != nullptr && fetch_->state() != nullptr) {
+    fetch_->state()->on_writable();
+    return;
+  }
+  if (streaming_) pump();
+}
+
+void CacheState::finish_response() {
+  phase_ = Phase::kDone;
+  ex_.finish();
+}
+
+}  // namespace kosoku::cache

@@ -1,0 +1,145 @@
+// Internal to core/cache: the per-request state of a cached proxy location (the flow is described in
+// cache_handler.hh). Split over cache_handler.cc (lookup, lock, fetch, store decisions) and cache_serve.cc
+// (answering from an entry: head, Age, conditionals, ranges, body streaming).
+//
+// Re-entrancy (as in proxy_handler.cc): Exchange::finish(), respond() and abort_response() may start the
+// client's next pipelined request at once, which restarts this object or destroys it (another handler takes
+// the slot). Every path calls them last and returns straight up. FetchExchanges are never destroyed
+// synchronously: they are handed to CacheModule::retire().
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/cache/cache_handler.hh"
+#include "core/cache/cache_store.hh"
+#include "core/cache/fetch_exchange.hh"
+#include "core/http/range.hh"
+
+namespace kosoku::cache {
+
+class CacheState final : public http::ContentState,
+                         public FetchSink,
+                         public EntryReader::Callback,
+                         public reactor::Timer,
+                         public reactor::Task {
+ public:
+  CacheState(CacheModule& m, http::Exchange& ex) : mod_(m), ex_(ex) {}
+  ~CacheState() override;
+
+  /// Keeps the slot's previous state alive until the client has received what it referenced.
+  void adopt(std::unique_ptr<http::ContentState> old) { predecessor_ = std::move(old); }
+  /// Whether this state can take the next request (no I/O of its own in flight, no bytes it owns pending).
+  bool reusable() const;
+  /// Starts the cache flow for the exchange's request in `path` with `key`. May end the exchange.
+  void start(CachePath& path, std::string key, bool bypass);
+  /// A lock waiter's wake-up (CacheModule::poll): look again.
+  void wake();
+  const Hash128& waiting_for() const { return hash_; }
+
+  // ContentState
+  void on_abort() override;
+  void on_writable() override;
+  // FetchSink
+  void on_fetch_response(const http::ParsedResponse& resp) override;
+  void on_fetch_head(http::ResponseHead& head) override;
+  void on_fetch_data(const char* data, size_t len, bool by_ref) override;
+  void on_fetch_end(bool complete) override;
+  void on_fetch_finish() override;
+  void on_fetch_abort() override;
+  void on_fetch_error(int status) override;
+  void on_fetch_released() override;
+  // EntryReader::Callback
+  void on_entry_open(EntryReader& r, int error) override;
+  void on_entry_data(EntryReader& r, std::string_view data, int error) override;
+  // Timer: proxy_cache_lock_timeout
+  void fire() override;
+  // Task: look again after a wake-up
+  void run() override;
+
+ private:
+  enum class Phase { kIdle, kOpening, kWaitingLock, kFetching, kServing, kDone };
+  struct Piece {
+    std::string text;
+    uint64_t offset = 0;
+    uint64_t length = 0;
+  };
+
+  // cache_handler.cc — may end the exchange:
+  void lookup();
+  void miss();
+  void expired();
+  void wait_lock();
+  void fetch(CacheStatus status, bool revalidate, bool store_allowed);
+  void revalidated(const http::ParsedResponse& resp);
+  void start_store(const http::ParsedResponse& resp);
+  void release_lock();
+  void takeover();
+  void maybe_release();
+  int64_t now_s() const;
+  uint64_t now_ms() const;
+  const CacheLocConf& conf() const { return ex_.location().cache; }
+
+  // cache_serve.cc — may end the exchange:
+  void serve(CacheStatus status);
+  void pump();
+  void read_done(std::string_view data, int error);
+  void finish_response();
+
+  CacheModule& mod_;
+  http::Exchange& ex_;
+  std::unique_ptr<http::ContentState> predecessor_;
+  CachePath* path_ = nullptr;
+  std::string key_;
+  Hash128 hash_;              // the entry looked up: the key's, or its variant's
+  Hash128 primary_;           // the key's hash
+  bool variant_ = false;
+  std::optional<EntryView> entry_;
+  Phase phase_ = Phase::kIdle;
+  CacheStatus status_ = CacheStatus::kNone;
+  bool aborted_ = false;
+  bool released_ = false;
+  bool task_queued_ = false;
+  bool waiting_ = false;
+  uint64_t lock_deadline_ms_ = 0;
+  bool lock_held_ = false;    // this request holds the zone lock of `hash_`
+  bool store_allowed_ = true; // min_uses reached and not a lock timeout
+  bool revalidating_ = false;
+
+  // The entry on disk.
+  EntryReader reader_;
+  bool have_entry_ = false;   // reader_ holds a valid, open entry
+  EntryMeta served_;          // what is served (the entry, or its revalidated version)
+
+  // The fetch.
+  std::unique_ptr<FetchExchange> fetch_;
+  bool passthrough_ = false;
+  bool fetch_released_ = false;
+  StoreWriter* writer_ = nullptr;
+  int64_t expected_length_ = -1;
+  int64_t request_time_ = 0;
+
+  // Serving.
+  std::string head_text_;
+  http::HeaderField head_fields_[100];
+  http::ParsedResponse head_resp_;
+  std::vector<Piece> pieces_;
+  size_t piece_ = 0;
+  uint64_t piece_done_ = 0;
+  std::string boundary_;
+  std::string multipart_type_;
+  char* buf_[2] = {nullptr, nullptr};
+  uint64_t end_mark_[2] = {0, 0};
+  uint64_t written_ = 0;
+  int next_buf_ = 0;
+  bool streaming_ = false;
+  bool pumping_ = false;
+  bool read_in_flight_ = false;
+  bool read_ready_ = false;     // an inline read result waiting for pump()
+  std::string_view ready_data_;
+  int ready_error_ = 0;
+};
+
+}  // namespace kosoku::cache
