@@ -259,9 +259,10 @@ class BackgroundFill final : public FetchSink {
       release_lock();
       return;
     }
+    started_ = true;
     mod_.proxy().forward(*fetch_);
   }
-  bool done() const { return finished_ && fetch_->done(); }
+  bool done() const { return finished_ && (!started_ || fetch_->done()); }
 
   void on_fetch_response(const http::ParsedResponse& resp) override {
     StoreWriter::Target t;
@@ -323,6 +324,7 @@ class BackgroundFill final : public FetchSink {
   StoreWriter* writer_ = nullptr;
   int64_t expected_ = -1;
   int64_t request_time_ = 0;
+  bool started_ = false;
   bool finished_ = false;
 };
 
@@ -650,7 +652,7 @@ void CacheState::on_entry_open(EntryReader&, int error) {
   }
   if (m.freshness.fresh(now_s())) {
     ++mod_.counters().hits;
-    served_ = m;
+    use_entry_meta_ = true;
     serve(CacheStatus::kHit);
     return;
   }
@@ -667,7 +669,7 @@ void CacheState::expired() {
   if (r == CacheZone::LockResult::kBusy) {
     if (updating_ok) {
       ++mod_.counters().updating;
-      served_ = reader_.meta();
+      use_entry_meta_ = true;
       serve(CacheStatus::kUpdating);
       return;
     }
@@ -686,7 +688,7 @@ void CacheState::expired() {
     lock_held_ = false;
     mod_.start_background(ex_, *path_, key_, hash_);
     ++mod_.counters().stale;
-    served_ = reader_.meta();
+    use_entry_meta_ = true;
     serve(CacheStatus::kStale);
     return;
   }
@@ -832,7 +834,7 @@ void CacheState::on_fetch_response(const http::ParsedResponse& resp) {
       release_lock();
       takeover();
       ++mod_.counters().stale;
-      served_ = reader_.meta();
+      use_entry_meta_ = true;
       serve(CacheStatus::kStale);
       return;
     }
@@ -878,6 +880,7 @@ void CacheState::revalidated(const http::ParsedResponse& resp) {
   takeover();
   ++mod_.counters().revalidated;
   const EntryMeta& old = reader_.meta();
+  use_entry_meta_ = false;
   served_ = old;
   served_.head = merge_304(old.head, resp.headers(), "set-cookie");
   std::string text;
@@ -997,7 +1000,7 @@ void CacheState::on_fetch_error(int status) {
                                            (status == 502 && stale_allowed(f, now_s(), use, kStaleInvalidHeader));
     if (stale) {
       ++mod_.counters().stale;
-      served_ = reader_.meta();
+      use_entry_meta_ = true;
       serve(CacheStatus::kStale);
       return;
     }

@@ -26,7 +26,7 @@ uint64_t g_boundary_seed = 0x2545F4914F6CDD1Dull;
 void CacheState::serve(CacheStatus status) {
   status_ = status;
   phase_ = Phase::kServing;
-  const EntryMeta& m = served_;
+  const EntryMeta& m = use_entry_meta_ ? reader_.meta() : served_;
   head_text_.clear();
   absl::StrAppend(&head_text_, "HTTP/1.1 ", m.status, " X\r\n", m.head, "\r\n");
   head_resp_.fields = std::span<http::HeaderField>(head_fields_, std::size(head_fields_));

@@ -111,7 +111,8 @@ class CacheState final : public http::ContentState,
   // The entry on disk.
   EntryReader reader_;
   bool have_entry_ = false;   // reader_ holds a valid, open entry
-  EntryMeta served_;          // what is served (the entry, or its revalidated version)
+  EntryMeta served_;          // a revalidated entry's merged version (served when !use_entry_meta_)
+  bool use_entry_meta_ = true;  // serve reader_.meta() as is (no copy)
 
   // The fetch.
   std::unique_ptr<FetchExchange> fetch_;

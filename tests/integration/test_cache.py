@@ -200,6 +200,10 @@ def cache_config(port: int, origin_port: int, w: Path) -> str:
             proxy_cache_use_stale updating;
             proxy_cache_background_update on;
         }}
+        location /upd/ {{
+            proxy_pass http://origin;
+            proxy_cache_use_stale updating;
+        }}
         location /small/ {{
             proxy_pass http://origin;
             proxy_cache small;
@@ -312,10 +316,10 @@ def test_query_is_part_of_the_key(env):
 
 def test_expiry_refetches(env):
     p = prefix() + "/exp"
-    env.origin.route(p, lambda req, n: Reply(200, [("Cache-Control", "max-age=1")], b"v%d" % n))
+    env.origin.route(p, lambda req, n: Reply(200, [("Cache-Control", "max-age=2")], b"v%d" % n))
     assert get(env.port, p).body == b"v1"
     assert status(get(env.port, p)) == "HIT"
-    time.sleep(2.1)
+    time.sleep(3.1)
     r = get(env.port, p)
     assert (r.body, status(r)) == (b"v2", "EXPIRED")
     assert status(get(env.port, p)) == "HIT"
@@ -343,7 +347,7 @@ def test_revalidation_with_304(env):
 
     def handler(req: OriginRequest, n: int) -> Reply:
         if req.header("If-None-Match") == '"v1"':
-            return Reply(304, [("ETag", '"v1"'), ("Cache-Control", "max-age=1"), ("X-Revalidated", str(n))])
+            return Reply(304, [("ETag", '"v1"'), ("Cache-Control", "max-age=30"), ("X-Revalidated", str(n))])
         return Reply(200, [("ETag", '"v1"'), ("Cache-Control", "max-age=1"), ("Content-Type", "text/plain")],
                      b"body v1")
 
@@ -353,6 +357,7 @@ def test_revalidation_with_304(env):
     r = get(env.port, p)
     assert (r.status, r.body, status(r)) == (200, b"body v1", "REVALIDATED")
     assert r.header("X-Revalidated") == "2"  # the 304's fields are merged into the stored head (RFC 9111 §4.3.4)
+    assert r.header("Cache-Control") == "max-age=30"
     assert env.origin.log[p][1].header("If-None-Match") == '"v1"'  # RFC 9111 §4.3.1
     time.sleep(0.3)  # the entry is rewritten with the merged head in the background
     r = get(env.port, p)
@@ -460,6 +465,31 @@ def test_stale_when_origin_down_and_background_update(env):
     time.sleep(0.5)
     r = get(env.port, p)
     assert (r.body, status(r)) == (b"b2", "HIT")
+    assert env.origin.count(p) == 2
+
+
+def test_updating_serves_stale_while_one_request_refreshes(env):
+    p = "/upd" + prefix()
+    env.origin.route(p, lambda req, n: Reply(200, [("Cache-Control", "max-age=1")], b"u%d" % n,
+                                             delay=0 if n == 1 else 1.5))
+    assert get(env.port, p).body == b"u1"
+    time.sleep(2.1)
+    results: dict[str, tuple] = {}
+
+    def refresh() -> None:
+        r = get(env.port, p)
+        results["refresh"] = (r.body, status(r))
+
+    t = threading.Thread(target=refresh)
+    t.start()
+    time.sleep(0.4)
+    t0 = time.monotonic()
+    r = get(env.port, p)
+    elapsed = time.monotonic() - t0
+    t.join()
+    assert (r.body, status(r)) == (b"u1", "UPDATING")  # the stale copy, at once, while the refresh runs
+    assert elapsed < 1.0
+    assert results["refresh"] == (b"u2", "EXPIRED")
     assert env.origin.count(p) == 2
 
 

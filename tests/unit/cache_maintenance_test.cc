@@ -266,5 +266,28 @@ TEST_F(MaintenanceTest, ManagerRemovesInactiveAndEvictsToMaxSize) {
   EXPECT_EQ(m.stats().evicted, 5u);
 }
 
+TEST_F(MaintenanceTest, ConsoleCommand) {
+  EXPECT_EQ(console_command("cache stats"), "no proxy_cache_path configured\n");
+  config::MainConf conf;
+  pconf_.path = dir_.path() + "/console";
+  conf.http.cache.paths.push_back(pconf_);
+  std::string err;
+  auto reg = CacheRegistry::create(conf, "/", 1, kNow, &err);
+  ASSERT_NE(reg, nullptr) << err;
+  set_registry(reg.get());
+  CachePath& path = *reg->find("z");
+  std::optional<EntryView> ev;
+  path.zone().commit(hash_key("http:a/x"), CacheZone::Commit{kNow + 60, 100, 0, 0}, kNow, &ev);
+  path.zone().keys().put(hash_key("http:a/x"), "http:a/x");
+  EXPECT_EQ(console_command("cache stats"),
+            "z " + dir_.path() + "/console entries=1 bytes=100 max_size=0 loaded=no\n");
+  EXPECT_EQ(console_command("cache purge z http:a/*"), "purged 1 entries, 100 bytes\n");
+  EXPECT_EQ(console_command("cache purge z http:a/x"), "not found 0 entries, 0 bytes\n");
+  EXPECT_EQ(console_command("cache purge nope x"), "unknown cache zone \"nope\"\n");
+  EXPECT_EQ(console_command("cache"), "usage: cache stats | cache purge ZONE KEY|PATTERN*|*\n");
+  EXPECT_TRUE(std::filesystem::is_directory(dir_.path() + "/console/temp"));  // created at start
+  set_registry(nullptr);
+}
+
 }  // namespace
 }  // namespace kosoku::cache

@@ -3,6 +3,8 @@
 // body reads clamped to the body: C13) — on a real Reactor with a real DiskQueue and real files.
 #include "core/cache/cache_store.hh"
 
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -253,6 +255,51 @@ TEST_F(CacheStoreTest, AbortRemovesTempFileAndReleasesLock) {
   EXPECT_EQ(v->lock_until_ms, 0u);
   std::vector<Hash128> woken;
   hub_.drain(0, [&](const Hash128& x) { woken.push_back(x); });
+  EXPECT_EQ(woken.size(), 1u);
+}
+
+// A full disk (simulated with RLIMIT_FSIZE: writes past the limit fail with EFBIG, as ENOSPC would) abandons
+// the entry: no file, no temp file, the lock released with its waiters woken — and nothing else breaks.
+TEST_F(CacheStoreTest, FullDiskAbandonsTheEntry) {
+  auto path = make_path(false);
+  EntryMeta m = sample_meta("http:example.com/full");
+  std::optional<EntryView> ev;
+  ASSERT_EQ(path->zone().try_lock(m.hash, 10, 5000, kNow, &ev), CacheZone::LockResult::kAcquired);
+  ASSERT_TRUE(path->zone().add_waiter(m.hash, 1, 11));
+  StoreWriter::Target t = target(*path);
+  t.holds_lock = true;
+  t.locked = m.hash;
+  rlimit old{};
+  getrlimit(RLIMIT_FSIZE, &old);
+  struct sigaction ign{}, prev{};
+  ign.sa_handler = SIG_IGN;
+  sigaction(SIGXFSZ, &ign, &prev);
+  rlimit lim = old;
+  lim.rlim_cur = 64 * 1024;
+  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &lim), 0);
+  int done = -1;
+  const std::string body = pattern_bytes(300 * 1024);
+  LoopScript script(reactor_);
+  script.then([&] {
+    StoreWriter* w = StoreWriter::start(t, m, [&](bool ok) { done = ok; });
+    for (size_t off = 0; off < body.size(); off += 50000) w->append(std::string_view(body).substr(off, 50000));
+    w->finish(static_cast<int64_t>(body.size()));
+  });
+  script.wait_until([&] { return done != -1; });
+  script.sleep_ms(5);
+  bool ran = script.run();
+  setrlimit(RLIMIT_FSIZE, &old);
+  sigaction(SIGXFSZ, &prev, nullptr);
+  ASSERT_TRUE(ran);
+  EXPECT_EQ(done, 0);
+  EXPECT_TRUE(files_under(dir_.path()).empty());
+  auto v = path->zone().peek(m.hash);
+  ASSERT_TRUE(v.has_value());
+  EXPECT_FALSE(v->exists());
+  EXPECT_EQ(v->lock_until_ms, 0u);
+  EXPECT_EQ(path->zone().bytes(), 0u);
+  std::vector<Hash128> woken;
+  hub_.drain(1, [&](const Hash128& x) { woken.push_back(x); });
   EXPECT_EQ(woken.size(), 1u);
 }
 
