@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/base/log.hh"
+#include "core/cache/cache_fill.hh"
 #include "core/cache/cache_loader.hh"
 #include "core/cache/cache_state.hh"
 #include "core/cache/cache_variables.hh"
@@ -68,265 +69,7 @@ bool from_allowed(const std::vector<PurgeConf::From>& list, std::string_view add
   return false;
 }
 
-std::optional<int64_t> stored_last_modified(std::span<const http::HeaderField> fields) {
-  for (const http::HeaderField& f : fields) {
-    if (f.token == http::HeaderToken::kLastModified) return http::parse_http_date(f.value);
-  }
-  return std::nullopt;
-}
-
-std::string_view field(std::span<const http::HeaderField> fields, http::HeaderToken t) {
-  for (const http::HeaderField& f : fields) {
-    if (f.token == t) return f.value;
-  }
-  return {};
-}
-
-// Parses stored lines as a response head (for freshness of a merged 304).
-bool parse_stored(int status, std::string_view lines, std::string& text, http::HeaderField* fields, size_t nfields,
-                  http::ParsedResponse& out) {
-  text = absl::StrCat("HTTP/1.1 ", status, " X\r\n", lines, "\r\n");
-  out.fields = std::span<http::HeaderField>(fields, nfields);
-  http::ResponseLimits lim;
-  lim.max_head = text.size() + 1;
-  lim.max_fields = nfields;
-  return http::parse_response_head(text, out, lim, false).status == http::ParseStatus::kComplete;
-}
-
-// Copies the body of an entry into a new file with an updated header (a 304 revalidation, RFC 9111 §4.3.4):
-// reads through the DiskQueue, paced by the writer. Owns itself.
-class EntryRewriter final : public disk::DiskCallback {
- public:
-  static void start(int fd, const EntryMeta& old, EntryMeta fresh, const StoreWriter::Target& t) {
-    auto* r = new EntryRewriter(fd, old, t);
-    r->writer_ = StoreWriter::start(t, std::move(fresh), [r](bool) { r->writer_done_ = true; });
-    r->writer_->set_progress([r] { r->next(); });
-    r->next();
-  }
-  void on_disk_done(disk::DiskOp& op) override {
-    in_flight_ = false;
-    got(op.result);
-    next();
-  }
-
- private:
-  static constexpr uint32_t kChunk = 128 * 1024;
-  EntryRewriter(int fd, const EntryMeta& old, const StoreWriter::Target& t)
-      : fd_(fd), offset_(old.header_size), size_(old.body_size), q_(*t.queue), aio_(t.aio) {
-    buf_.resize(kChunk);
-    op_.callback = this;
-  }
-  ~EntryRewriter() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  void got(int32_t res) {
-    if (res <= 0) {
-      writer_->abort();
-      failed_ = true;
-      return;
-    }
-    done_ += static_cast<uint64_t>(res);
-    writer_->append(std::string_view(buf_.data(), static_cast<size_t>(res)));
-  }
-  void next() {
-    if (busy_) return;  // re-entered from the writer's progress callback
-    busy_ = true;
-    while (!in_flight_ && !failed_ && !finished_) {
-      if (done_ >= size_) {
-        finished_ = true;
-        writer_->finish(static_cast<int64_t>(size_));
-        break;
-      }
-      if (writer_->failed()) {
-        writer_->abort();
-        failed_ = true;
-        break;
-      }
-      if (writer_->pending() > 2 * kChunk) break;  // the writer calls next() when it has written
-      uint64_t left = size_ - done_;
-      op_.kind = disk::DiskOp::Kind::kRead;
-      op_.fd = fd_;
-      op_.buf = buf_.data();
-      op_.len = left < kChunk ? static_cast<uint32_t>(left) : kChunk;
-      op_.offset = offset_ + done_;
-      switch (q_.submit(op_, aio_)) {
-        case disk::DiskQueue::Submit::kQueued:
-          in_flight_ = true;
-          break;
-        case disk::DiskQueue::Submit::kOverflow:
-          got(-EAGAIN);
-          break;
-        case disk::DiskQueue::Submit::kDone:
-          got(op_.result);
-          break;
-      }
-    }
-    busy_ = false;
-    if (!in_flight_ && (failed_ || finished_)) {
-      writer_->set_progress({});
-      delete this;
-    }
-  }
-
-  int fd_;
-  uint64_t offset_;
-  uint64_t size_;
-  uint64_t done_ = 0;
-  disk::DiskQueue& q_;
-  config::AioMode aio_;
-  disk::DiskOp op_;
-  std::string buf_;
-  StoreWriter* writer_ = nullptr;
-  bool in_flight_ = false;
-  bool busy_ = false;
-  bool failed_ = false;
-  bool finished_ = false;
-  bool writer_done_ = false;
-};
-
 }  // namespace
-
-// ---------------------------------------------------------------- storing a response
-
-namespace {
-
-// The store decision and, when storable, the writer for an origin response (CacheState and BackgroundFill).
-// `req` is the request that selected the response (Authorization, no-store, the Vary secondary key).
-StoreWriter* begin_store(const http::Exchange& ex, const http::Request& req, CachePath& path,
-                         const std::string& key, const Hash128& primary, const http::ParsedResponse& resp,
-                         int64_t request_time, int64_t now, const StoreWriter::Target& base, NotStored* refusal) {
-  const CacheLocConf& cc = ex.location().cache;
-  *refusal = NotStored::kNo;
-  StoreInput in;
-  in.status = resp.status;
-  in.fields = resp.headers();
-  in.request = &req;
-  in.conf = &cc;
-  in.request_time = request_time;
-  in.response_time = now;
-  StoreDecision d = decide_store(in);
-  if (!d.storable()) {
-    *refusal = d.refusal;
-    return nullptr;
-  }
-  StoreWriter::Target t = base;
-  EntryMeta m;
-  m.key = key;
-  m.status = resp.status;
-  m.freshness = d.freshness;
-  m.etag.assign(field(resp.headers(), http::HeaderToken::kEtag));
-  m.last_modified = stored_last_modified(resp.headers()).value_or(-1);
-  stored_head_lines(resp.headers(), d.strip, m.head);
-  if (!d.vary.empty()) {
-    uint16_t id = path.zone().vary().intern(d.vary);
-    if (id == 0) {
-      *refusal = NotStored::kVaryTooLong;
-      return nullptr;
-    }
-    std::string material;
-    vary_key_material(d.vary, req, material);
-    m.hash = hash_variant(key, material);
-    m.primary = primary;
-    m.vary = d.vary;
-    t.primary = primary;
-    t.vary_id = id;
-  } else {
-    m.hash = primary;
-  }
-  return StoreWriter::start(t, std::move(m));
-}
-
-}  // namespace
-
-// A detached fetch that refreshes an expired entry (proxy_cache_background_update) while the request that
-// found it expired was answered with the stale copy.
-class BackgroundFill final : public FetchSink {
- public:
-  BackgroundFill(CacheModule& m, http::Exchange& client, CachePath& path, std::string key, const Hash128& locked)
-      : mod_(m), path_(path), key_(std::move(key)), locked_(locked) {
-    FetchExchange::Options opts;
-    opts.head_to_get = true;
-    fetch_ = std::make_unique<FetchExchange>(client, opts, this, true);
-    request_time_ = m.reactor().wall_time();
-  }
-  ~BackgroundFill() {
-    if (writer_ != nullptr) writer_->abort();
-    release_lock();
-  }
-  void start() {
-    if (!fetch_->valid()) {
-      finished_ = true;
-      release_lock();
-      return;
-    }
-    started_ = true;
-    mod_.proxy().forward(*fetch_);
-  }
-  bool done() const { return finished_ && (!started_ || fetch_->done()); }
-
-  void on_fetch_response(const http::ParsedResponse& resp) override {
-    StoreWriter::Target t;
-    t.path = &path_;
-    t.hub = &mod_.registry()->wake_hub();
-    t.queue = &mod_.queue_for(path_, *fetch_);
-    t.aio = fetch_->location().aio;
-    t.core = mod_.core();
-    t.now_s = mod_.reactor().wall_time();
-    t.holds_lock = holds_lock_;
-    t.locked = locked_;
-    NotStored why;
-    if (any_predicate(fetch_->location().cache.no_cache, *fetch_)) return;
-    writer_ = begin_store(*fetch_, fetch_->fetch_request(), path_, key_, hash_key(key_), resp, request_time_,
-                          t.now_s, t, &why);
-    if (writer_ != nullptr) holds_lock_ = false;
-    expected_ = resp.framing == http::ResponseFraming::kContentLength ? static_cast<int64_t>(resp.content_length) : -1;
-  }
-  void on_fetch_head(http::ResponseHead&) override {}
-  void on_fetch_data(const char* data, size_t len, bool) override {
-    if (writer_ != nullptr) writer_->append(std::string_view(data, len));
-  }
-  void on_fetch_end(bool complete) override {
-    if (writer_ == nullptr) return;
-    if (complete) {
-      writer_->finish(expected_);
-    } else {
-      writer_->abort();
-    }
-    writer_ = nullptr;
-  }
-  void on_fetch_finish() override { end(); }
-  void on_fetch_abort() override { end(); }
-  void on_fetch_error(int) override { end(); }
-  void on_fetch_released() override { end(); }
-
- private:
-  void end() {
-    finished_ = true;
-    if (writer_ != nullptr) {
-      writer_->abort();
-      writer_ = nullptr;
-    }
-    release_lock();
-  }
-  void release_lock() {
-    if (!holds_lock_) return;
-    holds_lock_ = false;
-    uint64_t w = path_.zone().unlock(locked_);
-    if (w != 0) mod_.registry()->wake_hub().notify(w, locked_);
-  }
-
-  CacheModule& mod_;
-  CachePath& path_;
-  std::string key_;
-  Hash128 locked_;
-  bool holds_lock_ = true;
-  std::unique_ptr<FetchExchange> fetch_;
-  StoreWriter* writer_ = nullptr;
-  int64_t expected_ = -1;
-  int64_t request_time_ = 0;
-  bool started_ = false;
-  bool finished_ = false;
-};
 
 // ---------------------------------------------------------------- CacheModule
 
@@ -896,7 +639,7 @@ void CacheState::revalidated(const http::ParsedResponse& resp) {
     in.request_time = request_time_;
     in.response_time = now_s();
     d = decide_store(in);
-    served_.etag.assign(field(merged.headers(), http::HeaderToken::kEtag));
+    served_.etag.assign(first_field_value(merged.headers(), http::HeaderToken::kEtag));
     served_.last_modified = stored_last_modified(merged.headers()).value_or(-1);
   } else {
     d.refusal = NotStored::kNoValidity;
@@ -919,7 +662,7 @@ void CacheState::revalidated(const http::ParsedResponse& resp) {
     lock_held_ = false;
     int fd = ::dup(reader_.fd());
     if (fd >= 0) {
-      EntryRewriter::start(fd, old, served_, t);
+      rewrite_entry(fd, old, served_, t);
     } else {
       path_->zone().set_expires(hash_, served_.freshness.expires_at());
       if (t.holds_lock) {

@@ -88,7 +88,8 @@ DecodeStatus decode_header(std::string_view in, EntryMeta* m, size_t* needed) {
   uint32_t size = get<uint32_t>(in, 12);
   size_t key_len = get<uint16_t>(in, 126), etag_len = get<uint16_t>(in, 128), vary_len = get<uint16_t>(in, 130);
   size_t head_len = get<uint32_t>(in, 132);
-  if (size > kMaxHeader || size != kFixedHeader + key_len + etag_len + vary_len + head_len) {
+  if (size > kMaxHeader || size != kFixedHeader + key_len + etag_len + vary_len + head_len ||
+      get<uint32_t>(in, 136) != 0) {
     return DecodeStatus::kCorrupt;
   }
   if (in.size() < size) {
