@@ -27,6 +27,8 @@
 #include "core/worker.hh"
 #include "image/console.hh"
 #include "image/pid1.hh"
+#include "kernel-bypass/dpdk/backend.hh"
+#include "kernel-bypass/dpdk/eal.hh"
 
 #ifdef KOSOKU_MIMALLOC
 #include <mimalloc.h>
@@ -89,7 +91,8 @@ int main(int argc, char** argv) {
 #ifdef KOSOKU_MIMALLOC
         std::printf(", mimalloc %d", mi_version());
 #endif
-        std::printf("\nnetwork backends: kernel (io_uring sockets)\n");
+        std::printf("\nnetwork backends: kernel (io_uring sockets), dpdk (%s, own TCP/IP stack)\n",
+                    kosoku::dpdk::version().c_str());
       }
       return 0;
     } else if ((a == "-c" || a == "-p") && i + 1 < argc) {
@@ -157,7 +160,9 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
+  const bool dpdk = conf.network.backend == kosoku::config::NetworkBackend::kDpdk;
   for (const kosoku::config::ListenSocket& ls : conf.http.listen_sockets) {
+    if (dpdk) break;  // `network dpdk`: the listen addresses are the DPDK stack's, not the kernel's
     std::string err;
     if (kosoku::net::probe_listen_address(ls.conf, &err) < 0) {
       if (pid1) appliance::fatal(err);
@@ -182,6 +187,16 @@ int main(int argc, char** argv) {
       return 1;
     }
     kosoku::cache::set_registry(caches.get());
+  }
+  // `network dpdk` (kernel-bypass/dpdk/backend.hh): EAL and the port, once, before the workers.
+  if (dpdk) {
+    std::string err;
+    if (kosoku::dpdk::start_backend(conf, &err) < 0) {
+      if (pid1) appliance::fatal(err);
+      std::fprintf(stderr, "kosoku: [emerg] network dpdk: %s\n", err.c_str());
+      KOSOKU_LOG(kEmerg, "network dpdk: %s", err);
+      return 1;
+    }
   }
   std::vector<std::unique_ptr<kosoku::Worker>> workers;
   std::vector<const kosoku::stats::CoreStats*> all_stats;
@@ -240,6 +255,7 @@ int main(int argc, char** argv) {
   }
   for (auto& w : workers) w->request_stop(pid1 ? 2000 : kDrainMs);
   for (auto& w : workers) w->join();
+  if (dpdk) kosoku::dpdk::stop_backend();
   KOSOKU_LOG(kNotice, "exit");
   if (pid1) {
     console.stop();

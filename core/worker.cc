@@ -17,6 +17,7 @@
 #include "core/http/access_logger.hh"
 #include "core/http/connection.hh"
 #include "core/net/kernel_stack.hh"
+#include "core/net/stack_factory.hh"
 #include "core/proxy/proxy_handler.hh"
 #include "core/reactor/reactor.hh"
 #include "core/static/static_handler.hh"
@@ -67,6 +68,20 @@ class Housekeeping final : public reactor::Poller, public reactor::Timer {
   bool stopping_ = false;
   uint64_t deadline_ = 0;
 };
+
+// The core's network stack (`network kernel|dpdk`, config/network_conf.hh): io_uring sockets, or the DPDK
+// backend's own TCP/IP stack through the factory main() installed (core/net/stack_factory.hh).
+std::unique_ptr<net::Stack> make_stack(reactor::Reactor& reactor, stats::CoreStats& stats,
+                                       const config::MainConf& conf, int core, std::string* err) {
+  if (conf.network.backend != config::NetworkBackend::kDpdk) {
+    return std::make_unique<net::KernelStack>(reactor, stats, conf.worker_connections);
+  }
+  if (net::dpdk_stack_factory() == nullptr) {
+    *err = "network dpdk: the DPDK backend was not started (no factory installed)";
+    return nullptr;
+  }
+  return net::dpdk_stack_factory()(reactor, stats, conf, core, err);
+}
 
 struct Queues {
   absl::flat_hash_map<std::string, std::unique_ptr<disk::DiskQueue>> by_name;
@@ -139,7 +154,12 @@ void Worker::run() {
     ctx.find_queue = &Queues::find;
     ctx.queue_owner = &queues;
     ctx.all_stats = all_stats_;
-    net::KernelStack stack(reactor, stats_, conf_.worker_connections);
+    std::unique_ptr<net::Stack> stack_owner = make_stack(reactor, stats_, conf_, core_, &error_);
+    if (stack_owner == nullptr) {
+      state_.store(-ENODEV);
+      return;
+    }
+    net::Stack& stack = *stack_owner;
     ctx.stack = &stack;
     static_files::StaticHandler static_handler;
     http::HttpServer server(ctx, static_handler);

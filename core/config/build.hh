@@ -128,6 +128,10 @@ bool finalize_proxy(Builder& b);
 /// proxy_cache_purge against proxy_cache_path.
 bool finalize_cache(Builder& b);
 
+/// The network backend part of finalize (config/directives_dpdk.cc): `network dpdk` needs a complete dpdk
+/// block, one worker and IPv4 listen addresses; a dpdk block needs `network dpdk`.
+bool finalize_dpdk(Builder& b);
+
 /// Groups every server's `listen` into MainConf::http.listen_sockets and builds each socket's server-name
 /// index (config/listen.cc). Runs after the servers are final (their addresses no longer move).
 bool group_listen_sockets(Builder& b);

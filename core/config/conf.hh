@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "core/config/network_conf.hh"
 #include "core/proxy/proxy_conf.hh"
 #include "core/cache/cache_conf.hh"
 
@@ -254,6 +255,7 @@ struct MainConf {
   int error_log_level = 4;                    // 0 emerg,1 alert,2 crit,3 error,4 warn,5 notice,6 info,7 debug
   std::vector<DiskQueueConf> disk_queues;     // always contains "default"
   ApplianceConf appliance;
+  NetworkConf network;                        // `network kernel|dpdk;` + `dpdk { }` (config/network_conf.hh)
   HttpConf http;
 
   const DiskQueueConf* find_disk_queue(std::string_view name) const;

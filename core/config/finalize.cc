@@ -166,6 +166,7 @@ bool finalize(Builder& b) {
     m.http.servers.push_back(std::move(node->conf));
   }
   if (!finalize_proxy(b)) return false;
+  if (!finalize_dpdk(b)) return false;
   if (!finalize_cache(b)) return false;
   return group_listen_sockets(b);
 }

@@ -14,13 +14,14 @@ namespace kosoku::config {
 
 // The directive-table registry: a new module adds its table here (one line).
 std::span<const std::span<const DirectiveSpec>> directive_tables() {
-  static const std::array<std::span<const DirectiveSpec>, 6> kDirectiveTables = {
+  static const std::array<std::span<const DirectiveSpec>, 7> kDirectiveTables = {
       core_directives(),
       http_server_directives(),
       http_directives(),
       appliance_directives(),
       proxy_directives(),
       cache_directives(),
+      dpdk_directives(),
   };
   return kDirectiveTables;
 }

@@ -1,0 +1,131 @@
+// `network kernel|dpdk;` and `dpdk { eal ...; address ...; gateway ...; }` (main context): the network backend
+// (config/network_conf.hh). The dpdk block's body is read here and not through Builder::walk because its
+// `address`/`gateway` share their names with the appliance block's rows (names are unique across tables);
+// the same generic errors are produced (unknown directive, `;` vs `{`, argument count, duplicates).
+// finalize_dpdk checks the combinations once the whole file is read (the order of the blocks is free).
+#include <arpa/inet.h>
+
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "core/config/directive.hh"
+
+namespace kosoku::config {
+
+namespace {
+
+NetworkConfPos pos_of(const SourceLoc& l) { return NetworkConfPos{l.file, l.line, l.col}; }
+SourceLoc loc_of(const NetworkConfPos& p) { return SourceLoc{p.file, p.line, p.col}; }
+
+bool parse_ipv4(std::string_view v, uint32_t* out) {
+  if (v.empty() || v.size() >= INET_ADDRSTRLEN) return false;
+  std::string z(v);
+  in_addr a;
+  if (inet_pton(AF_INET, z.c_str(), &a) != 1) return false;
+  *out = ntohl(a.s_addr);
+  return true;
+}
+
+// `network kernel|dpdk;`
+bool set_network(Builder& b, Scope& s, const Directive& d) {
+  const std::string& v = d.args[0].value;
+  if (v != "kernel" && v != "dpdk") return fail_invalid_value(b, d, 0, ", it must be \"kernel\" or \"dpdk\"");
+  s.main->network.backend = v == "dpdk" ? NetworkBackend::kDpdk : NetworkBackend::kKernel;
+  s.main->network.loc = pos_of(d.loc);
+  return true;
+}
+
+bool set_dpdk_child(Builder& b, DpdkConf& c, const Directive& d, Seen& seen) {
+  struct Row {
+    std::string_view name;
+    Args args;
+    bool multi;
+  };
+  static constexpr Row kRows[] = {{"eal", k1More, true}, {"address", kTake1, false}, {"gateway", kTake1, false}};
+  const Row* row = nullptr;
+  for (const Row& r : kRows) row = r.name == d.name ? &r : row;
+  if (row == nullptr) return b.fail(d.loc, absl::StrCat("unknown directive ", quoted(d.name)));
+  if (d.block) return b.fail(d.loc, absl::StrCat("directive ", quoted(d.name), " is not terminated by \";\""));
+  if (d.args.size() < row->args.min || (row->args.max != kAnyArgs && d.args.size() > row->args.max)) {
+    return b.fail(d.loc, absl::StrCat("invalid number of arguments in ", quoted(d.name), " directive"));
+  }
+  if (!row->multi) {
+    if (seen.has(d.name)) return b.fail(d.loc, absl::StrCat(quoted(d.name), " directive is duplicate"));
+    seen.mark(d.name, d.name);
+  }
+  if (d.name == "eal") {
+    for (const Arg& a : d.args) c.eal.push_back(a.value);
+    return true;
+  }
+  std::string_view v = d.args[0].value;
+  if (d.name == "gateway") {
+    if (!parse_ipv4(v, &c.gateway) || c.gateway == 0) return fail_invalid_value(b, d, 0);
+    return true;
+  }
+  // address A.B.C.D/N (N = 1..32)
+  size_t slash = v.find('/');
+  std::optional<uint64_t> n;
+  if (slash != std::string_view::npos) n = parse_number(v.substr(slash + 1), 32);
+  if (slash == std::string_view::npos || !parse_ipv4(v.substr(0, slash), &c.address) || c.address == 0 || !n ||
+      *n == 0) {
+    return fail_invalid_value(b, d, 0, ", it must be an IPv4 address with a prefix length (10.99.0.2/24)");
+  }
+  c.prefix_len = static_cast<uint8_t>(*n);
+  return true;
+}
+
+// `dpdk { ... }`
+bool set_dpdk(Builder& b, Scope& s, const Directive& d) {
+  DpdkConf& c = s.main->network.dpdk;
+  c.present = true;
+  c.loc = pos_of(d.loc);
+  Seen seen;
+  for (const Directive& child : d.children) {
+    if (!set_dpdk_child(b, c, child, seen)) return false;
+  }
+  return true;
+}
+
+constexpr DirectiveSpec kDpdkDirectives[] = {
+    {.name = "network", .contexts = kCtxMain, .args = kTake1, .set = set_network, .default_value = "kernel"},
+    {.name = "dpdk", .contexts = kCtxMain, .args = kNoArgs, .flags = kBlock, .set = set_dpdk},
+};
+
+}  // namespace
+
+std::span<const DirectiveSpec> dpdk_directives() { return kDpdkDirectives; }
+
+bool finalize_dpdk(Builder& b) {
+  const MainConf& m = *b.main;
+  const NetworkConf& n = m.network;
+  if (n.backend != NetworkBackend::kDpdk) {
+    if (n.dpdk.present) {
+      return b.fail(loc_of(n.dpdk.loc), "\"dpdk\" block needs \"network dpdk;\" (it would be ignored otherwise)");
+    }
+    return true;
+  }
+  SourceLoc at = loc_of(n.loc);
+  if (!n.dpdk.present) return b.fail(at, "\"network dpdk\" needs a \"dpdk { eal ...; address ...; }\" block");
+  if (n.dpdk.eal.empty()) return b.fail(loc_of(n.dpdk.loc), "\"dpdk\" block has no \"eal\" arguments");
+  if (n.dpdk.address == 0) return b.fail(loc_of(n.dpdk.loc), "\"dpdk\" block has no \"address\"");
+  if (m.worker_processes != 1) {
+    return b.fail(at, absl::StrCat("\"network dpdk\" with worker_processes ", m.worker_processes,
+                                   " is not supported yet: one worker on one port queue only (no RSS or "
+                                   "software flow steering between cores yet); set \"worker_processes 1;\""));
+  }
+  for (const auto& srv : m.http.servers) {
+    for (const ListenConf& l : srv->listen) {
+      if (l.addr.ss_family != AF_INET) {
+        return b.fail(at, absl::StrCat("\"network dpdk\" is IPv4 only: listen ", l.text, " is not supported yet"));
+      }
+      uint32_t a = ntohl(reinterpret_cast<const sockaddr_in*>(&l.addr)->sin_addr.s_addr);
+      if (a != 0 && a != n.dpdk.address) {
+        return b.fail(at, absl::StrCat("\"network dpdk\": listen ", l.text,
+                                       " is neither 0.0.0.0 nor the dpdk address"));
+      }
+    }
+  }
+  return true;
+}
+
+}  // namespace kosoku::config

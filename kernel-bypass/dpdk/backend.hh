@@ -1,0 +1,71 @@
+// The DPDK network backend (`network dpdk`, config/network_conf.hh): what main() starts once before the
+// workers, and the per-core stack each worker gets through net::dpdk_stack_factory() (core/net/stack_factory.hh).
+//
+// Per core: a Queue (queue.hh) on the port's queue pair `core`, an Interface (IPv4/ARP/ICMP) with the dpdk
+// block's address, and a TcpStack (tcpip/tcp_stack.hh) on the core's TimerWheel. CoreStack is the worker's
+// net::Stack (it forwards to the TcpStack) and its reactor::Poller: every loop iteration it flushes TX frames
+// queued since the last poll (timers, resumed requests), takes one RX burst into the Interface, frees finished
+// connections (TcpStack::reap), and flushes TX again. poll() always returns true: the loop busy-polls in DPDK
+// mode (it never sleeps in io_uring_submit_and_wait_timeout). ARP aging runs on a 100 ms timer; a gratuitous
+// ARP is sent when the core starts.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "core/config/conf.hh"
+#include "core/net/stream.hh"
+#include "core/reactor/reactor.hh"
+#include "core/stats/export.hh"
+#include "kernel-bypass/dpdk/queue.hh"
+#include "kernel-bypass/tcpip/tcp_stack.hh"
+
+namespace kosoku::dpdk {
+
+/// Once per process, before the workers start: rte_eal_init with the dpdk block's `eal` arguments, open port 0
+/// with worker_processes queue pairs (port.hh), install the per-core stack factory. Returns 0 or -errno with
+/// *err ("rte_eal_init failed: ...", "no DPDK port: ...", "port 0: ...").
+int start_backend(const config::MainConf& conf, std::string* err);
+/// After the workers have stopped: stops and closes the port. Safe to call when not started.
+void stop_backend();
+/// Port counters (Port::stats_section) plus each core's queue and interface counters ("dpdk_queue" metrics in
+/// the same section); empty section if the backend is not started.
+stats::ExtraSection backend_stats_section();
+
+/// One core's DPDK-backed stack (see the header comment). Created on the core's thread.
+class CoreStack final : public net::Stack, public reactor::Poller, public reactor::Timer, public tcpip::Clock {
+ public:
+  CoreStack(reactor::Reactor& reactor, stats::CoreStats& stats, const config::MainConf& conf, uint16_t port,
+            uint16_t queue, rte_mempool* pool, const tcpip::MacAddr& mac, uint16_t mtu);
+  ~CoreStack() override;
+
+  // net::Stack (forwarded to the TcpStack)
+  int listen(const std::vector<config::ListenSocket>& sockets, net::AcceptHandler& handler,
+             std::string* err) override {
+    return tcp_.listen(sockets, handler, err);
+  }
+  net::Stream* connect(const sockaddr* addr, socklen_t addr_len, net::StreamHandler& handler,
+                       std::string* err) override {
+    return tcp_.connect(addr, addr_len, handler, err);
+  }
+  void stop_accepting() override { tcp_.stop_accepting(); }
+  size_t open_streams() const override { return tcp_.open_streams(); }
+
+  bool poll() override;                // reactor::Poller
+  void fire() override;                // reactor::Timer: ARP aging every 100 ms
+  uint64_t now_ms() const override;    // tcpip::Clock over the reactor's clock
+  uint64_t now_us() const override;
+
+  const Queue& queue() const { return queue_; }
+  const tcpip::Interface& interface() const { return ip_; }
+  const tcpip::TcpStack& tcp() const { return tcp_; }
+
+ private:
+  reactor::Reactor& reactor_;
+  Queue queue_;
+  tcpip::Interface ip_;
+  tcpip::TcpStack tcp_;
+  bool registered_ = false;  // rte_thread_register() succeeded (the thread has an lcore id)
+};
+
+}  // namespace kosoku::dpdk
