@@ -460,11 +460,9 @@ void ProxyState::retry(uint32_t ft, PeerResult result) {
   }
   // A cached connection the origin had already closed says nothing about the server: not counted as a
   // failure, and the same server may be tried again on a fresh connection (nginx adds a try but moves on).
+  if (cached) group_->balancer().untry(attempt_);
   group_->balancer().done(attempt_, cached ? PeerResult::kNext : result, mod_.reactor().now_ms());
-  if (cached) {
-    ++attempt_.tries;
-    group_->balancer().untry(attempt_);
-  }
+  if (cached) ++attempt_.tries;
   connect_next();
 }
 

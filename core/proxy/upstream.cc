@@ -228,6 +228,7 @@ void Balancer::done(Attempt& a, PeerResult r, uint64_t now_ms) {
   Peer& p = peers_[static_cast<size_t>(a.current)];
   if (single_) {
     a.tries = 0;  // one server: nothing else to try, and failures are not counted
+    a.current = -1;
     return;
   }
   if (r == PeerResult::kFailed) {
@@ -246,6 +247,7 @@ void Balancer::done(Attempt& a, PeerResult r, uint64_t now_ms) {
     if (p.accessed_ms < p.checked_ms) p.fails = 0;  // mark the peer live if the check passed
   }
   if (a.tries > 0) --a.tries;
+  a.current = -1;  // reported once
 }
 
 void Balancer::untry(Attempt& a) const {

@@ -70,10 +70,11 @@ class Balancer {
   int next(Attempt& a, uint64_t now_ms);
   /// Reports how the attempt on a.current ended (nginx's free_peer): kFailed counts a failure (max_fails
   /// within fail_timeout takes the server out for fail_timeout), kOk clears the count once fail_timeout has
-  /// passed since the failure, kNext (403/404 retries) changes nothing. Decrements a.tries.
+  /// passed since the failure, kNext (403/404 retries) changes nothing. Decrements a.tries; a second call for
+  /// the same choice does nothing.
   void done(Attempt& a, PeerResult r, uint64_t now_ms);
   /// Makes a.current choosable again in this attempt (a retry of the same server on a fresh connection
-  /// after a cached connection turned out to be closed).
+  /// after a cached connection turned out to be closed). Call before done().
   void untry(Attempt& a) const;
 
   size_t size() const { return peers_.size(); }

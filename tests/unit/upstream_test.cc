@@ -216,8 +216,11 @@ TEST(Balancer, UntryAllowsTheSamePeerAgain) {
   Balancer::Attempt a;
   b.start(a, "", 0);
   const int first = b.next(a, 1000);
-  b.done(a, PeerResult::kNext, 1000);
   b.untry(a);
+  b.done(a, PeerResult::kNext, 1000);
+  EXPECT_EQ(a.current, -1);
+  b.done(a, PeerResult::kFailed, 1000);  // reported once: no failure counted
+  EXPECT_EQ(b.peer(first).fails, 0u);
   const int second = b.next(a, 1000);
   b.done(a, PeerResult::kNext, 1000);
   const int third = b.next(a, 1000);
