@@ -696,7 +696,8 @@ void HttpConnection::finish() {
   if (stream_ == nullptr) return;
   if (!keep_alive_) {
     stream_->flush();
-    close(net::Stream::Close::kGraceful);
+    // An unread request body means more bytes are on their way: linger so they cannot reset the answer.
+    close(body_done_ ? net::Stream::Close::kGraceful : net::Stream::Close::kLinger);
     return;
   }
   if (!body_done_ && (body_left_ > 0 || chunked_.has_value())) {

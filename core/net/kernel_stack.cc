@@ -196,13 +196,9 @@ class KernelStream final : public Stream {
       }
       peer_text_ = buf;
     }
-    sockaddr_storage local{};
-    len = sizeof(local);
-    if (getsockname(fd_, reinterpret_cast<sockaddr*>(&local), &len) == 0) {
-      local_port_ = ntohs(local.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&local)->sin6_port
-                                                      : reinterpret_cast<sockaddr_in*>(&local)->sin_port);
-    }
   }
+  /// Accepted streams: the local port is the listener's (no getsockname per connection).
+  void set_local_port(uint16_t port) { local_port_ = port; }
 
  private:
   struct RecvOp final : reactor::IoOp {
@@ -299,6 +295,7 @@ class KernelStream final : public Stream {
     if (res > 0) {
       unsigned bid = flags >> IORING_CQE_BUFFER_SHIFT;
       stack_.stats.bytes_in += static_cast<uint64_t>(res);
+      if (closing_) linger_needed_ = true;  // input after close: wait for the peer's FIN before closing
       if (!closing_) append_input(stack_.buf_addr(bid), static_cast<size_t>(res));
       stack_.recycle(bid);
       if (!closing_) {
@@ -385,7 +382,9 @@ class KernelStream final : public Stream {
   void begin_lingering() {
     if (lingering_) return;
     lingering_ = true;
-    if (peer_fin_ || send_error_) {
+    // Nothing unread and nothing expected: a plain close sends FIN and cannot turn into a reset that would
+    // destroy the response at the client (nginx lingers only when more data may come, too).
+    if (peer_fin_ || send_error_ || !linger_needed_) {
       abort_now(0);
       return;
     }
@@ -451,7 +450,7 @@ class KernelStream final : public Stream {
   RearmTask rearm_task_{this};
   LingerTimer linger_timer_{this};
   bool recv_armed_ = false, recv_cancel_sent_ = false, send_in_flight_ = false, send_cancel_sent_ = false;
-  bool connecting_ = false, connect_cancel_sent_ = false, input_full_ = false;
+  bool connecting_ = false, connect_cancel_sent_ = false, input_full_ = false, linger_needed_ = false;
   bool rearm_pending_ = false, paused_ = false, peer_fin_ = false, send_error_ = false;
   bool closing_ = false, lingering_ = false, dead_ = false, destroyed_ = false;
   int close_error_ = 0;
@@ -483,8 +482,9 @@ void KernelStream::close(Close how) {
     maybe_destroy();
     return;
   }
-  // Graceful: bound the whole close by lingering_time, then flush → FIN → drain.
+  // Graceful: bound the whole close by lingering_time, then flush → (FIN → drain, if needed) → close.
   stack_.reactor.timers().arm(linger_timer_, stack_.reactor.now_ms() + kLingeringTimeMs);
+  linger_needed_ = how == Close::kLinger || in_end_ > in_begin_;
   in_begin_ = in_end_ = 0;
   if (pending_ > 0) {
     flush();
@@ -507,10 +507,12 @@ void KernelStack::Impl::on_accept(ListenerOp& l, int32_t res, uint32_t flags) {
       KOSOKU_LOG_EVERY_MS(1000, kAlert, "%u worker_connections are not enough", max_streams);
       pause_accept();
     } else {
-      int one = 1;
-      setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+      // TCP_NODELAY is inherited from the listener (set once in open_listen_socket).
       auto* s = new KernelStream(*this, fd);
       s->init_addresses();
+      const sockaddr_storage& la = l.conf->conf.addr;
+      s->set_local_port(ntohs(la.ss_family == AF_INET6 ? reinterpret_cast<const sockaddr_in6*>(&la)->sin6_port
+                                                       : reinterpret_cast<const sockaddr_in*>(&la)->sin_port));
       ++open;
       ++stats.conn_accepted;
       ++stats.conn_active;
@@ -571,6 +573,7 @@ int open_listen_socket(const config::ListenConf& conf, std::string* err) {
   int one = 1;
   setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
   setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one));
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));  // inherited by accepted sockets (Linux)
   if (family == AF_INET6) setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
   if (::bind(fd, reinterpret_cast<const sockaddr*>(&conf.addr), conf.addr_len) < 0 ||
       ::listen(fd, conf.backlog) < 0) {

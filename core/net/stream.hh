@@ -41,7 +41,9 @@ class StreamHandler {
 class Stream {
  public:
   enum class Close {
-    kGraceful,  // send pending output, then FIN; discard input until the peer's FIN or the lingering timeout
+    kGraceful,  // send pending output, then close; if unread input was there (or arrives meanwhile), linger:
+                // FIN, then discard input until the peer's FIN or the lingering timeout (nginx lingering_close on)
+    kLinger,    // as kGraceful, but always linger (more input is expected, e.g. an unread request body)
     kAbort,     // drop pending output and close now (RST if input is unread)
   };
 
