@@ -126,6 +126,8 @@ int main(int argc, char** argv) {
   }
   for (const std::string& w : loaded.warnings) std::fprintf(stderr, "kosoku: [warn] %s\n", w.c_str());
   const kosoku::config::MainConf& conf = *loaded.conf;
+  // Modules, NIC, network and the data disk come first: the error log may live on the data disk.
+  if (pid1) appliance::init_system(conf.appliance);
   if (prefix.empty()) prefix = dir_of(conf_path);
   if (prefix.back() != '/') prefix.push_back('/');
 
@@ -134,6 +136,7 @@ int main(int argc, char** argv) {
   std::string elog_path = conf.error_log_path;
   if (elog_path != "stderr" && !elog_path.empty() && elog_path[0] != '/') elog_path = prefix + elog_path;
   if (int rc = elog.open(elog_path, static_cast<kosoku::base::LogLevel>(conf.error_log_level)); rc < 0) {
+    if (pid1) appliance::fatal(absl::StrCat("open() \"", elog_path, "\" failed: ", std::strerror(-rc)));
     std::fprintf(stderr, "kosoku: [emerg] open() \"%s\" failed (%d: %s)\n", elog_path.c_str(), -rc,
                  std::strerror(-rc));
     return 1;
@@ -151,12 +154,10 @@ int main(int argc, char** argv) {
     }
   }
 
-  if (pid1) appliance::init_system(conf.appliance);
-
   // Signals are taken synchronously by this thread (sigwait); the loops never see them.
   sigset_t sigs;
   sigemptyset(&sigs);
-  for (int s : {SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGQUIT}) sigaddset(&sigs, s);
+  for (int s : {SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGQUIT, SIGPWR}) sigaddset(&sigs, s);
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
