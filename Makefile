@@ -1,5 +1,7 @@
 # kosoku — top-level commands. Every target that builds or runs first installs what it needs (make deps).
-#   make run     build and serve conf/default.conf on http://127.0.0.1:8080/ (the host binary)
+#   make run     build the appliance image (conf/appliance.conf) and boot it in QEMU: http://127.0.0.1:8080/,
+#                its serial console in this terminal (PORT=N to change the port)
+#   make run-host  serve conf/default.conf with the host binary on http://127.0.0.1:8080/
 #   make test    unit tests under ASan+UBSan, fuzzers (bounded), integration tests against the release binary
 #   make bench   kosoku vs nginx side by side (bench/run)
 #   make image   the appliance image (image/build-image)
@@ -10,7 +12,7 @@ FUZZ_SECONDS ?= 30
 PYTHON ?= /usr/bin/python3
 CONF ?= conf/default.conf
 
-.PHONY: all deps build build-asan build-fuzz run run-host test unit fuzz integration bench image clean
+.PHONY: all deps build build-asan build-fuzz run run-host console test unit fuzz integration bench image clean
 
 all: build
 
@@ -32,10 +34,14 @@ build-fuzz: deps
 	CC=clang CXX=clang++ cmake -S . -B $(BUILD)/fuzz -G Ninja -DCMAKE_BUILD_TYPE=Debug -DKOSOKU_FUZZ=ON >/dev/null
 	ninja -C $(BUILD)/fuzz -j$(JOBS)
 
-run: run-host
+run: image
+	./image/run-qemu $(if $(PORT),--port $(PORT))
 
 run-host: build
 	$(BUILD)/release/kosoku -c $(CONF)
+
+console:
+	./image/console
 
 unit: build-asan
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 $(BUILD)/asan/unit_tests
