@@ -198,7 +198,11 @@ int main(int argc, char** argv) {
       KOSOKU_LOG(kEmerg, "network dpdk: %s", err);
       return 1;
     }
+    // The port's counters (rte_eth_stats, queues) next to the per-core ones in `status` and the console.
+    kosoku::stats::register_extra_source(
+        [](kosoku::stats::Snapshot& s) { s.extra.push_back(kosoku::dpdk::backend_stats_section()); });
   }
+
   std::vector<std::unique_ptr<kosoku::Worker>> workers;
   std::vector<const kosoku::stats::CoreStats*> all_stats;
   for (int i = 0; i < n; ++i) {

@@ -290,14 +290,16 @@ std::string Console::execute(std::string_view line, int* power) {
   if (needs_stats && cores_) cores = cores_();
 
   if (cmd == "stats") {
-    const stats::Snapshot s = stats::aggregate(cores);
+    stats::Snapshot s = stats::aggregate(cores);
+    stats::add_extra(s);
     if (arg.empty() || arg == "text") return stats::render_text(s);
     if (arg == "json") return stats::render_json(s);
     if (arg == "prom" || arg == "prometheus") return stats::render_prometheus(s);
     return absl::StrCat("usage: stats [json|prom]");
   }
   if (cmd == "cores") {
-    const stats::Snapshot s = stats::aggregate(cores);
+    stats::Snapshot s = stats::aggregate(cores);
+    stats::add_extra(s);
     if (s.cores.empty()) return "no worker loops running";
     std::string out;
     for (const stats::CoreStats& c : s.cores) {
@@ -308,7 +310,8 @@ std::string Console::execute(std::string_view line, int* power) {
     return out;
   }
   if (cmd == "conns") {
-    const stats::Snapshot s = stats::aggregate(cores);
+    stats::Snapshot s = stats::aggregate(cores);
+    stats::add_extra(s);
     std::string out = absl::StrCat("total: ", conn_line(s.total), "\n");
     for (const stats::CoreStats& c : s.cores) absl::StrAppend(&out, "core ", c.core, ": ", conn_line(c), "\n");
     return out;

@@ -540,6 +540,7 @@ void HttpConnection::run_phases() {
 // ?format=json|prometheus|text (default text, nginx stub_status-compatible first lines).
 void HttpConnection::serve_status() {
   stats::Snapshot snap = stats::aggregate(*core_.all_stats, core_.reactor->wall_time());
+  stats::add_extra(snap);
   std::string_view args = req_.query;
   std::string body;
   std::string_view type = "text/plain";

@@ -480,4 +480,17 @@ std::string render_prometheus(const Snapshot& s) {
   return out;
 }
 
+namespace {
+std::vector<ExtraSource>& extra_sources() {
+  static std::vector<ExtraSource> sources;  // written before the loops start, read-only afterwards
+  return sources;
+}
+}  // namespace
+
+void register_extra_source(ExtraSource source) { extra_sources().push_back(std::move(source)); }
+
+void add_extra(Snapshot& s) {
+  for (const ExtraSource& src : extra_sources()) src(s);
+}
+
 }  // namespace kosoku::stats

@@ -25,6 +25,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -101,6 +102,14 @@ std::string render_text(const Snapshot& s);
 ///   cores [{core, <the same fields as the top level from connections to disk_queues>}],
 ///   info {KEY: VALUE}, extra {SECTION: [{name, type: "counter"|"gauge", labels {..}, value}]}
 std::string render_json(const Snapshot& s);
+
+/// Subsystems outside the per-core counters (the DPDK port, the proxy cache...) register a source once at
+/// start-up, before the loops run; every renderer's caller then calls add_extra() on its snapshot. Sources
+/// run on the reader's thread and must only read (counters, gauges).
+using ExtraSource = std::function<void(Snapshot& s)>;
+void register_extra_source(ExtraSource source);
+/// Runs every registered source on `s` (appends to s.extra / s.info).
+void add_extra(Snapshot& s);
 
 /// Prometheus text exposition format 0.0.4. Families (all per core, label core="K"; disk ones also
 /// queue="NAME"): kosoku_build_info{version} (gauge 1), kosoku_uptime_seconds, kosoku_connections_accepted_total,
