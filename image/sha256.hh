@@ -1,8 +1,7 @@
 // SHA-256 (FIPS 180-4 §6.2) of a byte string, for the appliance's flashed configuration: `make image` stores
 // the config's digest next to it in the initramfs, and PID 1 recomputes the digest of the text it actually
 // loaded so the console's `config` command can show both and say whether they match. Not on any request path.
-// (Neither Abseil nor RE2 nor the C library offers SHA-256, and the kernel's AF_ALG would need two more modules
-// in the initramfs for 32 bytes of output, so the ~80 lines live here.)
+// Computed by libsodium (crypto_hash_sha256), already linked for the TCP stack's SipHash.
 #pragma once
 
 #include <array>
