@@ -48,7 +48,7 @@ class EntryRewriter final : public disk::DiskCallback {
  public:
   static void start(int fd, const EntryMeta& old, EntryMeta fresh, const StoreWriter::Target& t) {
     auto* r = new EntryRewriter(fd, old, t);
-    r->writer_ = StoreWriter::start(t, std::move(fresh), [r](bool) { r->writer_done_ = true; });
+    r->writer_ = StoreWriter::start(t, std::move(fresh));
     r->writer_->set_progress([r] { r->next(); });
     r->next();
   }
@@ -68,10 +68,22 @@ class EntryRewriter final : public disk::DiskCallback {
   ~EntryRewriter() {
     if (fd_ >= 0) ::close(fd_);
   }
+  // Hands the writer over for good (it owns itself after finish()/abort()): never touched again.
+  void release_writer(bool complete) {
+    StoreWriter* w = writer_;
+    if (w == nullptr) return;
+    writer_ = nullptr;
+    w->set_progress({});
+    if (complete) {
+      w->finish(static_cast<int64_t>(size_));
+    } else {
+      w->abort();
+    }
+  }
   void got(int32_t res) {
+    if (writer_ == nullptr) return;
     if (res <= 0) {
-      writer_->abort();
-      failed_ = true;
+      release_writer(false);
       return;
     }
     done_ += static_cast<uint64_t>(res);
@@ -80,15 +92,13 @@ class EntryRewriter final : public disk::DiskCallback {
   void next() {
     if (busy_) return;  // re-entered from the writer's progress callback
     busy_ = true;
-    while (!in_flight_ && !failed_ && !finished_) {
-      if (done_ >= size_) {
-        finished_ = true;
-        writer_->finish(static_cast<int64_t>(size_));
+    while (!in_flight_ && writer_ != nullptr) {
+      if (writer_->failed()) {
+        release_writer(false);
         break;
       }
-      if (writer_->failed()) {
-        writer_->abort();
-        failed_ = true;
+      if (done_ >= size_) {
+        release_writer(true);
         break;
       }
       if (writer_->pending() > 2 * kChunk) break;  // the writer calls next() when it has written
@@ -111,10 +121,7 @@ class EntryRewriter final : public disk::DiskCallback {
       }
     }
     busy_ = false;
-    if (!in_flight_ && (failed_ || finished_)) {
-      writer_->set_progress({});
-      delete this;
-    }
+    if (!in_flight_ && writer_ == nullptr) delete this;
   }
 
   int fd_;
@@ -128,9 +135,6 @@ class EntryRewriter final : public disk::DiskCallback {
   StoreWriter* writer_ = nullptr;
   bool in_flight_ = false;
   bool busy_ = false;
-  bool failed_ = false;
-  bool finished_ = false;
-  bool writer_done_ = false;
 };
 
 }  // namespace

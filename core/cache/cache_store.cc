@@ -342,7 +342,10 @@ void StoreWriter::on_result(int32_t res) {
       }
       file_off_ += static_cast<uint64_t>(res);
       writing_.erase(0, static_cast<size_t>(res));
-      if (progress_ && writing_.empty() && !running_) progress_();
+      if (progress_ && writing_.empty() && !running_) {
+        std::function<void()> f = progress_;  // the callback may replace progress_ while it runs
+        f();
+      }
       return;
     case Phase::kHeader:
       if (res != static_cast<int32_t>(header_.size())) {

@@ -53,7 +53,7 @@ void fuzz_response(std::string_view in) {
   if (http::parse_response_head(in, resp, lim, false).status != http::ParseStatus::kComplete) return;
   cache::CacheLocConf conf;
   conf.valid.push_back(cache::CacheValid{{}, true, 60000});
-  conf.ignore_headers = static_cast<uint32_t>(in.size() % 3 == 0 ? cache::kIgnoreSetCookie : 0);
+  conf.ignore_headers = in.size() % 3 == 0 ? static_cast<uint32_t>(cache::kIgnoreSetCookie) : 0u;
   cache::StoreInput si;
   si.status = resp.status;
   si.fields = resp.headers();

@@ -264,6 +264,9 @@ TEST_F(MaintenanceTest, ManagerRemovesInactiveAndEvictsToMaxSize) {
   EXPECT_TRUE(path.zone().peek(hash_key("k7")).has_value());
   EXPECT_FALSE(path.zone().peek(hash_key("k6")).has_value());
   EXPECT_EQ(m.stats().evicted, 5u);
+  LoopScript drain(reactor_);  // the queued unlinks complete (their ops must not outlive the queue)
+  drain.wait_until([&] { return queue_->pending() == 0; });
+  ASSERT_TRUE(drain.run());
 }
 
 TEST_F(MaintenanceTest, ConsoleCommand) {
