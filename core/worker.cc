@@ -20,6 +20,7 @@
 #include "core/net/stack_factory.hh"
 #include "core/proxy/proxy_handler.hh"
 #include "core/reactor/reactor.hh"
+#include "core/rules/rules_core.hh"
 #include "core/static/static_handler.hh"
 
 namespace kosoku {
@@ -162,7 +163,10 @@ void Worker::run() {
     net::Stack& stack = *stack_owner;
     ctx.stack = &stack;
     static_files::StaticHandler static_handler;
+    rules::RulesCore rules_core(reactor, conf_, prefix_);  // outlives the server: admin requests may wait in it
+    reactor.add_poller(&rules_core);
     http::HttpServer server(ctx, static_handler);
+    server.add_content_handler(&rules::is_admin_location, &rules_core.admin());
     proxy::ProxyModule proxy_module(server);  // proxy_pass locations; per-core upstream groups
     cache::CacheModule cache_module(server, proxy_module, cache::registry());  // proxy_cache, purge, loader
     http::AccessLogger logs(reactor, conf_, prefix_);

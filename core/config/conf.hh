@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "core/rules/rules_conf.hh"
 #include "core/config/network_conf.hh"
 #include "core/proxy/proxy_conf.hh"
 #include "core/cache/cache_conf.hh"
@@ -155,6 +156,7 @@ struct LocationConf {
   std::string aio_queue = "default";          // a DiskQueueConf name
   OpenFileCacheConf open_file_cache;
   bool status = false;                        // `status;`: this location serves the stats page
+  bool cache_rules_admin = false;             // `cache_rules_admin;`: the rules admin API (core/rules/)
   proxy::ProxyLocationConf proxy;             // proxy_pass and proxy_* (proxy/proxy_conf.hh)
   cache::CacheLocConf cache;                  // proxy_cache* and proxy_cache_purge (cache/cache_conf.hh)
 
@@ -222,6 +224,7 @@ struct HttpConf {
   std::vector<std::unique_ptr<ServerConf>> servers;
   std::vector<ListenSocket> listen_sockets;   // grouped by address
   std::vector<LogFormatConf> log_formats;     // always contains "combined"
+  rules::RulesConf rules;                     // `cache_rules_*` (core/rules/rules_conf.hh)
   proxy::ProxyHttpConf proxy;                 // upstream blocks (proxy/proxy_conf.hh)
   cache::CacheHttpConf cache;                 // proxy_cache_path, split_clients (cache/cache_conf.hh)
 };

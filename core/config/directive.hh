@@ -80,6 +80,7 @@ std::span<const DirectiveSpec> core_directives();
 std::span<const DirectiveSpec> http_directives();
 std::span<const DirectiveSpec> http_server_directives();
 std::span<const DirectiveSpec> appliance_directives();
+std::span<const DirectiveSpec> rules_directives();
 std::span<const DirectiveSpec> proxy_directives();  // directives_proxy.cc
 std::span<const DirectiveSpec> cache_directives();  // directives_cache.cc
 std::span<const DirectiveSpec> dpdk_directives();   // directives_dpdk.cc

@@ -14,7 +14,7 @@ namespace kosoku::config {
 
 // The directive-table registry: a new module adds its table here (one line).
 std::span<const std::span<const DirectiveSpec>> directive_tables() {
-  static const std::array<std::span<const DirectiveSpec>, 7> kDirectiveTables = {
+  static const std::array<std::span<const DirectiveSpec>, 8> kDirectiveTables = {
       core_directives(),
       http_server_directives(),
       http_directives(),
@@ -22,6 +22,7 @@ std::span<const std::span<const DirectiveSpec>> directive_tables() {
       proxy_directives(),
       cache_directives(),
       dpdk_directives(),
+      rules_directives(),
   };
   return kDirectiveTables;
 }

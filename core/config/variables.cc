@@ -52,6 +52,7 @@ constexpr VarName kVars[] = {
     {"proxy_host", VarId::kProxyHost},
     {"proxy_port", VarId::kProxyPort},
     {"proxy_add_x_forwarded_for", VarId::kProxyAddXForwardedFor},
+    {"cache_rule", VarId::kCacheRule},
 };
 
 bool is_name_char(char c) {

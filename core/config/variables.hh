@@ -12,6 +12,7 @@
 //   $connection_requests $upstream_cache_status $document_root $realpath_root $content_type
 //   $content_length $is_args $pid $hostname
 //   $proxy_host $proxy_port $proxy_add_x_forwarded_for (set only while proxying)
+//   $cache_rule (core/rules/cache_rule.hh: rules::cache_rule_value)
 //   $arg_NAME $cookie_NAME, and module-declared names (split_clients; declare_variable) — expanded by the proxy
 //   cache's source (core/cache/cache_variables.hh); elsewhere they are not set
 // Names are case-insensitive (nginx hashes them lower-cased). `$http_NAME` / `$sent_http_NAME` carry NAME
@@ -66,6 +67,7 @@ enum class VarId : uint8_t {
   kProxyHost,              // $proxy_host: proxy_pass host[:port] or upstream name
   kProxyPort,              // $proxy_port
   kProxyAddXForwardedFor,  // $proxy_add_x_forwarded_for: X-Forwarded-For + ", " + $remote_addr
+  kCacheRule,  // $cache_rule (core/rules): "1" when the request must not be cached, else ""
   // core/cache (cache/cache_variables.hh expands them for the proxy cache's templates)
   kArg,       // $arg_NAME: query argument NAME (suffix = NAME, as written)
   kCookie,    // $cookie_NAME: cookie NAME of the Cookie field (suffix = NAME, as written)

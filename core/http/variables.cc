@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/reactor/reactor.hh"
+#include "core/rules/cache_rule.hh"
 
 namespace kosoku::http {
 
@@ -160,6 +161,9 @@ bool RequestVariables::get(config::VarId id, std::string_view suffix, std::strin
       out.append(h);
       return true;
     }
+    case VarId::kCacheRule:  // core/rules: "1" = do not cache
+      out.append(rules::cache_rule_value(ex_));
+      return true;
   }
   return false;
 }

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "core/rules/cache_rule.hh"
 
 namespace kosoku::proxy {
 
@@ -143,6 +144,9 @@ bool ProxyVariables::get(config::VarId id, std::string_view suffix, std::string&
       out.append(ex_.remote_addr());
       return true;
     }
+    case VarId::kCacheRule:  // core/rules: "1" = do not cache (proxy_cache_bypass / proxy_no_cache)
+      out.append(rules::cache_rule_value(ex_));
+      return true;
     default:
       return false;  // response-time and log-only variables are not set while building the request
   }

@@ -1,0 +1,141 @@
+#include "core/rules/rules_core.hh"
+
+#include "core/base/log.hh"
+#include "core/rules/admin_handler.hh"
+#include "core/rules/host_name.hh"
+#include "core/rules/pattern.hh"
+
+namespace kosoku::rules {
+
+namespace {
+
+thread_local RulesCore* t_current = nullptr;
+constexpr uint64_t kHousekeepingMs = 1000;
+constexpr uint64_t kLogIntervalMs = 10000;
+
+}  // namespace
+
+RulesCore::RulesCore(reactor::Reactor& r, const config::MainConf& conf, const std::string& prefix)
+    : reactor_(&r),
+      store_(process_store(conf.http.rules, prefix)),
+      memo_(store_.conf().memo_max),
+      compiled_(store_.conf().compiled_max, store_.conf().compiled_inactive_ms) {
+  reader_ = store_.set().qsbr().enroll();
+  if (t_current == nullptr) t_current = this;
+  now_ms_ = r.now_ms();
+  r.timers().arm(*this, now_ms_ + kHousekeepingMs);
+  if (Persister* p = store_.persister()) {
+    p->add_listener({[](void* ctx) { static_cast<RulesCore*>(ctx)->reactor_->wake(); }, this});
+  }
+  admin_ = std::make_unique<AdminHandler>(*this);
+}
+
+RulesCore::RulesCore(RuleStore& store)
+    : store_(store), memo_(store.conf().memo_max), compiled_(store.conf().compiled_max, store.conf().compiled_inactive_ms) {
+  reader_ = store_.set().qsbr().enroll();
+  if (t_current == nullptr) t_current = this;
+  admin_ = std::make_unique<AdminHandler>(*this);
+}
+
+RulesCore::~RulesCore() {
+  if (reactor_ != nullptr) {
+    reactor_->timers().cancel(*this);
+    if (Persister* p = store_.persister()) p->remove_listener(this);
+  }
+  for (AdminState* w : waiters_) w->detach();
+  waiters_.clear();
+  store_.set().qsbr().leave(reader_);
+  if (t_current == this) t_current = nullptr;
+}
+
+RulesCore* RulesCore::current() { return t_current; }
+
+http::ContentHandler& RulesCore::admin() { return *admin_; }
+
+bool RulesCore::decide(std::string_view host, std::string_view uri) {
+  ++counters_.decisions;
+  const bool fallback = store_.conf().default_cache;
+  std::string_view h = normalize_host(host, host_scratch_);
+  size_t hash = hash_host(h);
+  const Shard* shard = store_.set().shard(hash);
+  std::optional<HostRules> rec;
+  if (shard != nullptr && !h.empty()) rec = shard->find(h, hash);
+  if (!rec) {
+    ++counters_.no_rules;
+    return fallback;
+  }
+  const uint64_t version = shard->version();
+  Memo::Hit hit = memo_.find(h, uri, version);
+  if (hit != Memo::Hit::kMiss) {
+    ++counters_.memo_hits;
+    return hit == Memo::Hit::kCache;
+  }
+  ++counters_.memo_misses;
+  CompiledCache::Result cs = compiled_.get(*rec, version, now_ms_, &error_);
+  if (cs.compiled) ++counters_.compiles;
+  if (cs.failed) {
+    ++counters_.compile_errors;
+    if (now_ms_ >= last_log_ms_ + kLogIntervalMs || last_log_ms_ == 0) {
+      last_log_ms_ = now_ms_ + 1;
+      KOSOKU_LOG(kError, "cache rules of host \"%s\" do not compile, nothing of it is cached: %s", h, error_);
+    }
+  }
+  bool cache = false;
+  bool oom = false;
+  if (cs.set != nullptr) cache = set_matches(*cs.set, uri, &oom);
+  if (oom) {
+    ++counters_.match_oom;
+    return false;
+  }
+  memo_.insert(h, uri, version, cache);
+  return cache;
+}
+
+bool RulesCore::poll() {
+  store_.set().qsbr().quiescent(reader_);
+  if (reactor_ != nullptr) now_ms_ = reactor_->now_ms();
+  if (waiters_.empty()) return false;
+  answer_waiters();
+  return false;
+}
+
+void RulesCore::fire() {
+  if (reactor_ != nullptr) now_ms_ = reactor_->now_ms();
+  compiled_.expire(now_ms_);
+  store_.set().try_reclaim();
+  if (reactor_ != nullptr) reactor_->timers().arm(*this, now_ms_ + kHousekeepingMs);
+}
+
+void RulesCore::wait_durable(AdminState* st) { waiters_.push_back(st); }
+
+void RulesCore::cancel_wait(AdminState* st) { std::erase(waiters_, st); }
+
+void RulesCore::answer_waiters() {
+  Persister* p = store_.persister();
+  const uint64_t durable = p != nullptr ? p->durable() : UINT64_MAX;
+  const uint64_t failed = p != nullptr ? p->failed() : 0;
+  std::vector<AdminState*> ready;
+  std::erase_if(waiters_, [&](AdminState* w) {
+    if (w->generation() > durable && w->generation() > failed) return false;
+    ready.push_back(w);
+    return true;
+  });
+  for (AdminState* w : ready) {
+    if (w->generation() <= durable) {
+      w->answer_durable();
+    } else {
+      w->answer_failed(p->last_error());
+    }
+  }
+}
+
+std::string_view cache_rule_value(const http::Exchange& ex) {
+  if (RulesCore* c = RulesCore::current()) return c->cache_rule(ex.host(), ex.uri());
+  const config::MainConf* conf = ex.core().conf;
+  bool cache = conf == nullptr || conf->http.rules.default_cache;
+  return cache ? "" : "1";
+}
+
+bool is_admin_location(const config::LocationConf& loc) { return loc.cache_rules_admin; }
+
+}  // namespace kosoku::rules
