@@ -644,7 +644,13 @@ void CacheState::revalidated(const http::ParsedResponse& resp) {
   } else {
     d.refusal = NotStored::kNoValidity;
   }
-  if (d.storable() && d.vary == old.vary) {
+  const bool stale_on_arrival = d.storable() && !d.freshness.fresh(now_s());
+  if (d.storable() && d.vary == old.vary && stale_on_arrival) {
+    // Fresh for no time at all (max-age=0 with validators): every request revalidates anyway, so the entry is
+    // not rewritten for nothing; this answer carries the merged head.
+    served_.freshness = d.freshness;
+    release_lock();
+  } else if (d.storable() && d.vary == old.vary) {
     served_.freshness = d.freshness;
     StoreWriter::Target t;
     t.path = path_;

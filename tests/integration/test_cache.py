@@ -365,6 +365,23 @@ def test_revalidation_with_304(env):
     assert env.origin.count(p) == 2
 
 
+def test_max_age_zero_with_validator_revalidates_every_time(env):
+    p = prefix() + "/mz"
+
+    def handler(req: OriginRequest, n: int) -> Reply:
+        if req.header("If-None-Match") == '"z"':
+            return Reply(304, [("ETag", '"z"'), ("Cache-Control", "max-age=0")])
+        return Reply(200, [("ETag", '"z"'), ("Cache-Control", "max-age=0")], b"zero body")
+
+    env.origin.route(p, handler)
+    assert status(get(env.port, p)) == "MISS"
+    for _ in range(3):
+        r = get(env.port, p)
+        assert (r.body, status(r)) == (b"zero body", "REVALIDATED")
+    assert env.origin.count(p) == 4
+    assert all(req.header("If-None-Match") == '"z"' for req in env.origin.log[p][1:])
+
+
 def test_response_cut_off_by_origin_is_never_cached(env):
     p = prefix() + "/cut"
     env.origin.route(p, lambda req, n: Reply(200, [("Cache-Control", "max-age=60")], b"x" * 100000, cut_after=5000))
