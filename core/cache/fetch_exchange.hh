@@ -90,6 +90,7 @@ class FetchExchange final : public http::Exchange {
   std::string_view host() const override { return host_; }
   uint64_t request_length() const override { return request_length_; }
   http::ResponseHead& head() override { return head_; }
+  const http::ResponseHead& head() const override { return head_; }
   void send_head() override;
   void respond(int status, std::string_view body, std::string_view content_type) override;
   void redirect(int status, std::string_view location) override { respond(status, {}, {}); }

@@ -51,7 +51,7 @@ int AccessLogger::open(std::string* err) {
 void AccessLogger::log(const config::LocationConf& loc, Exchange& ex, int status, uint64_t bytes_sent,
                        uint64_t body_bytes_sent, uint64_t request_time_ms) {
   RequestVariables vars(ex, RequestVariables::Response{status, bytes_sent, body_bytes_sent, request_time_ms},
-                        reactor_);
+                        &reactor_);
   for (const config::AccessLogConf& a : loc.access_log) {
     auto f = formats_.find(a.format);
     if (f == formats_.end() || f->second == nullptr) continue;

@@ -187,6 +187,7 @@ class HttpConnection final : public net::StreamHandler,
   std::string_view host() const override { return host_lower_; }
   uint64_t request_length() const override { return head_bytes_; }
   ResponseHead& head() override { return head_; }
+  const ResponseHead& head() const override { return head_; }
   std::unique_ptr<ContentState>& state() override { return state_slot_; }
 
   void send_head() override;
@@ -563,7 +564,7 @@ void HttpConnection::do_return(const config::ReturnConf& ret) {
   std::string text = ret.text;
   if (ret.text_tpl != nullptr && ret.text_tpl->has_variables()) {
     text.clear();
-    RequestVariables vars(*this, RequestVariables::Response{}, *core_.reactor);
+    RequestVariables vars(*this, RequestVariables::Response{}, core_.reactor);
     config::expand(*ret.text_tpl, vars, text);
   }
   int code = ret.code;
@@ -639,7 +640,7 @@ void HttpConnection::send_head() {
       }
       // nginx: a header whose value expands to "" is not sent.
       std::string value;
-      RequestVariables vars(*this, RequestVariables::Response{status_, 0, 0, 0}, *core_.reactor);
+      RequestVariables vars(*this, RequestVariables::Response{status_, 0, 0, 0}, core_.reactor);
       config::expand(*a.value_tpl, vars, value);
       if (!value.empty()) absl::StrAppend(&h, a.name, ": ", value, "\r\n");
     }

@@ -110,6 +110,7 @@ class Exchange {
 
   // Response.
   virtual ResponseHead& head() = 0;
+  virtual const ResponseHead& head() const = 0;
   /// Serialise head() into the output (adds Date, Server, Connection, add_header...). For HEAD requests
   /// the connection suppresses the body: write()/write_ref() become no-ops.
   virtual void send_head() = 0;

@@ -22,7 +22,7 @@ bool RequestVariables::get(config::VarId id, std::string_view suffix, std::strin
       return false;
     case VarId::kTimeLocal:
     case VarId::kTimeIso8601: {
-      time_t t = r_.wall_time();
+      time_t t = r_ != nullptr ? r_->wall_time() : time(nullptr);
       tm lt;
       localtime_r(&t, &lt);
       char buf[64];
@@ -80,7 +80,7 @@ bool RequestVariables::get(config::VarId id, std::string_view suffix, std::strin
       return false;
     }
     case VarId::kSentHttp: {
-      ResponseHead& h = ex_.head();
+      const ResponseHead& h = ex_.head();
       if (suffix == "content_type" && !h.content_type.empty()) {
         out.append(h.content_type);
       } else if (suffix == "content_length" && h.content_length >= 0) {

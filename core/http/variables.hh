@@ -25,14 +25,16 @@ class RequestVariables final : public config::VariableSource {
     uint64_t body_bytes_sent = 0;
     uint64_t request_time_ms = 0;
   };
-  RequestVariables(Exchange& ex, const Response& resp, const reactor::Reactor& r) : ex_(ex), resp_(resp), r_(r) {}
+  /// `r`: the core's loop, for its cached wall clock; null (tests) reads the clock directly.
+  RequestVariables(const Exchange& ex, const Response& resp, const reactor::Reactor* r)
+      : ex_(ex), resp_(resp), r_(r) {}
 
   bool get(config::VarId id, std::string_view suffix, std::string& out) const override;
 
  private:
-  Exchange& ex_;
+  const Exchange& ex_;
   Response resp_;
-  const reactor::Reactor& r_;
+  const reactor::Reactor* r_;
 };
 
 }  // namespace kosoku::http

@@ -1,5 +1,7 @@
 #include "core/proxy/proxy_request.hh"
 
+#include "core/http/variables.hh"
+
 #include <unistd.h>
 
 #include <span>
@@ -42,89 +44,6 @@ bool ProxyVariables::get(config::VarId id, std::string_view suffix, std::string&
   using config::VarId;
   const http::Request& req = ex_.request();
   switch (id) {
-    case VarId::kRemoteAddr:
-      out.append(ex_.remote_addr());
-      return true;
-    case VarId::kRequest:
-      absl::StrAppend(&out, req.method_text, " ", req.target, " HTTP/1.", req.version_minor);
-      return true;
-    case VarId::kRequestMethod:
-      out.append(req.method_text);
-      return true;
-    case VarId::kRequestUri:
-      out.append(req.target);
-      return true;
-    case VarId::kUri:
-      out.append(ex_.uri());
-      return true;
-    case VarId::kArgs:
-    case VarId::kQueryString:
-      out.append(ex_.args());
-      return true;
-    case VarId::kIsArgs:
-      if (req.has_query) out.push_back('?');
-      return true;
-    case VarId::kHttp:
-      for (const HeaderField& f : req.headers()) {
-        if (config::http_var_name_matches(f.name, suffix)) {
-          out.append(f.value);
-          return true;
-        }
-      }
-      return false;
-    case VarId::kHost:
-      if (!ex_.host().empty()) {
-        out.append(ex_.host());
-      } else if (!ex_.server().server_names.empty()) {
-        out.append(ex_.server().server_names[0]);
-      }
-      return true;
-    case VarId::kServerName:
-      if (!ex_.server().server_names.empty()) out.append(ex_.server().server_names[0]);
-      return true;
-    case VarId::kServerPort:
-      absl::StrAppend(&out, ex_.server_port());
-      return true;
-    case VarId::kServerProtocol:
-      absl::StrAppend(&out, "HTTP/1.", req.version_minor);
-      return true;
-    case VarId::kScheme:
-      out.append("http");
-      return true;
-    case VarId::kRequestLength:
-      absl::StrAppend(&out, ex_.request_length());
-      return true;
-    case VarId::kConnection:
-      absl::StrAppend(&out, ex_.connection_id());
-      return true;
-    case VarId::kConnectionRequests:
-      absl::StrAppend(&out, ex_.connection_requests());
-      return true;
-    case VarId::kDocumentRoot:
-    case VarId::kRealpathRoot:
-      out.append(ex_.location().root);
-      return true;
-    case VarId::kContentType:
-      if (const HeaderField* f = req.find(HeaderToken::kContentType)) {
-        out.append(f->value);
-        return true;
-      }
-      return false;
-    case VarId::kContentLength:
-      if (req.content_length.has_value()) {
-        absl::StrAppend(&out, *req.content_length);
-        return true;
-      }
-      return false;
-    case VarId::kPid:
-      absl::StrAppend(&out, getpid());
-      return true;
-    case VarId::kHostname: {
-      char h[256] = {};
-      gethostname(h, sizeof(h) - 1);
-      out.append(h);
-      return true;
-    }
     case VarId::kProxyHost:
       out.append(conf_.proxy_host);
       return true;
@@ -144,11 +63,18 @@ bool ProxyVariables::get(config::VarId id, std::string_view suffix, std::string&
       out.append(ex_.remote_addr());
       return true;
     }
-    case VarId::kCacheRule:  // core/rules: "1" = do not cache (proxy_cache_bypass / proxy_no_cache)
-      out.append(rules::cache_rule_value(ex_));
-      return true;
+    // Response-time and log-only variables are not set while the upstream request is built.
+    case VarId::kStatus:
+    case VarId::kBodyBytesSent:
+    case VarId::kBytesSent:
+    case VarId::kSentHttp:
+    case VarId::kRequestTime:
+    case VarId::kUpstreamCacheStatus:
+      return false;
     default:
-      return false;  // response-time and log-only variables are not set while building the request
+      // Everything else means the same as in the rest of the server (core/http/variables.hh).
+      return http::RequestVariables(ex_, http::RequestVariables::Response{}, ex_.core().reactor)
+          .get(id, suffix, out);
   }
 }
 

@@ -43,6 +43,7 @@ class RequestOnly final : public http::Exchange {
   std::string_view host() const override { return host_; }
   uint64_t request_length() const override { return raw_.size(); }
   http::ResponseHead& head() override { return head_; }
+  const http::ResponseHead& head() const override { return head_; }
   void send_head() override {}
   void respond(int, std::string_view, std::string_view) override {}
   void redirect(int, std::string_view) override {}
