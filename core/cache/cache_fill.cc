@@ -151,7 +151,8 @@ void rewrite_entry(int fd, const EntryMeta& old, EntryMeta fresh, const StoreWri
 // `req` is the request that selected the response (Authorization, no-store, the Vary secondary key).
 StoreWriter* begin_store(const http::Exchange& ex, const http::Request& req, CachePath& path,
                          const std::string& key, const Hash128& primary, const http::ParsedResponse& resp,
-                         int64_t request_time, int64_t now, const StoreWriter::Target& base, NotStored* refusal) {
+                         int64_t request_time, int64_t now, const StoreWriter::Target& base, NotStored* refusal,
+                         StoreWriter::Done done) {
   const CacheLocConf& cc = ex.location().cache;
   *refusal = NotStored::kNo;
   StoreInput in;
@@ -190,7 +191,7 @@ StoreWriter* begin_store(const http::Exchange& ex, const http::Request& req, Cac
   } else {
     m.hash = primary;
   }
-  return StoreWriter::start(t, std::move(m));
+  return StoreWriter::start(t, std::move(m), std::move(done));
 }
 
 

@@ -32,7 +32,8 @@ bool parse_stored(int status, std::string_view lines, std::string& text, http::H
 /// location's settings. The writer takes over `base`'s lock.
 StoreWriter* begin_store(const http::Exchange& ex, const http::Request& req, CachePath& path,
                          const std::string& key, const Hash128& primary, const http::ParsedResponse& resp,
-                         int64_t request_time, int64_t now, const StoreWriter::Target& base, NotStored* refusal);
+                         int64_t request_time, int64_t now, const StoreWriter::Target& base, NotStored* refusal,
+                         StoreWriter::Done done = {});
 
 /// Writes `fresh` (the merged head) with the body of the entry open on `fd` (owned from now on; `old` gives
 /// its layout) into a new file, committed like any fill. Owns itself.

@@ -282,6 +282,7 @@ bool CacheModule::intercept(http::Exchange& ex) {
 // ---------------------------------------------------------------- CacheState: lookup, lock, fetch
 
 CacheState::~CacheState() {
+  detach_store_wait();
   if (armed()) mod_.reactor().timers().cancel(*this);
   if (waiting_) mod_.unwait(hash_, this);
   if (writer_ != nullptr) writer_->abort();
@@ -293,6 +294,7 @@ CacheState::~CacheState() {
 
 bool CacheState::reusable() const {
   return (phase_ == Phase::kDone || phase_ == Phase::kIdle) && !task_queued_ && !armed() && !reader_.busy() &&
+         store_wait_ == nullptr &&
          !read_in_flight_ && ex_.pending_output() == 0;
 }
 
@@ -322,10 +324,14 @@ void CacheState::start(CachePath& path, std::string key, bool bypass) {
   passthrough_ = false;
   fetch_released_ = false;
   writer_ = nullptr;
+  detach_store_wait();
+  finish_deferred_ = false;
   expected_length_ = -1;
   pieces_.clear();
   streaming_ = false;
   read_ready_ = false;
+  hot_meta_ = nullptr;
+  hot_body_ = {};
   if (bypass) {
     ++mod_.counters().bypass;
     fetch(CacheStatus::kBypass, false, true);
@@ -349,6 +355,15 @@ void CacheState::lookup() {
     v = z.lookup(hash_, now);
   }
   entry_ = v;
+  if (v && v->exists()) {
+    if (const HotCache::Entry* he = mod_.hot().find(hash_, *v); he != nullptr && he->meta.freshness.fresh(now)) {
+      ++mod_.counters().hits;
+      hot_meta_ = &he->meta;
+      hot_body_ = he->body;
+      serve(CacheStatus::kHit);
+      return;
+    }
+  }
   if ((v && v->exists()) || !path_->loaded()) {
     // Not loaded yet: the file may be on disk although the loader has not reached it (nginx reads it too).
     phase_ = Phase::kOpening;
@@ -396,6 +411,9 @@ void CacheState::on_entry_open(EntryReader&, int error) {
   if (m.freshness.fresh(now_s())) {
     ++mod_.counters().hits;
     use_entry_meta_ = true;
+    if (entry_ && entry_->exists() && m.header_size + m.body_size <= HotCache::kMaxEntry) {
+      mod_.hot().put(hash_, *entry_, m, reader_.prefetched());
+    }
     serve(CacheStatus::kHit);
     return;
   }
@@ -605,7 +623,14 @@ void CacheState::start_store(const http::ParsedResponse& resp) {
   t.holds_lock = lock_held_;
   t.locked = hash_;
   NotStored why;
-  writer_ = begin_store(ex_, ex_.request(), *path_, key_, primary_, resp, request_time_, t.now_s, t, &why);
+  detach_store_wait();
+  store_wait_ = std::make_shared<StoreWait>();
+  store_wait_->state = this;
+  writer_ = begin_store(ex_, ex_.request(), *path_, key_, primary_, resp, request_time_, t.now_s, t, &why,
+                        [w = store_wait_](bool) {
+                          if (w->state != nullptr) w->state->on_store_done();
+                        });
+  if (writer_ == nullptr) detach_store_wait();
   if (writer_ != nullptr) {
     lock_held_ = false;  // the writer releases it (commit or failure)
     return;
@@ -718,12 +743,30 @@ void CacheState::on_fetch_end(bool complete) {
 
 void CacheState::on_fetch_finish() {
   if (!passthrough_) return;
-  phase_ = Phase::kDone;
   mod_.retire(std::move(fetch_));
+  if (store_wait_ != nullptr) {
+    finish_deferred_ = true;  // on_store_done() finishes
+    return;
+  }
+  phase_ = Phase::kDone;
   ex_.finish();
 }
 
+void CacheState::on_store_done() {
+  detach_store_wait();
+  if (!finish_deferred_) return;
+  finish_deferred_ = false;
+  phase_ = Phase::kDone;
+  ex_.finish();
+}
+
+void CacheState::detach_store_wait() {
+  if (store_wait_ != nullptr) store_wait_->state = nullptr;
+  store_wait_.reset();
+}
+
 void CacheState::on_fetch_abort() {
+  detach_store_wait();
   if (writer_ != nullptr) {
     writer_->abort();
     writer_ = nullptr;
@@ -766,6 +809,8 @@ void CacheState::on_fetch_released() {
 
 void CacheState::on_abort() {
   aborted_ = true;
+  detach_store_wait();
+  finish_deferred_ = false;
   if (armed()) mod_.reactor().timers().cancel(*this);
   if (waiting_) {
     waiting_ = false;

@@ -33,6 +33,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "core/cache/cache_key.hh"
 #include "core/cache/cache_paths.hh"
+#include "core/cache/hot_cache.hh"
 #include "core/http/connection.hh"
 #include "core/proxy/proxy_handler.hh"
 
@@ -85,6 +86,9 @@ class CacheModule final : public proxy::ProxyHooks, public reactor::Poller, publ
   /// Starts a background update of an expired entry (proxy_cache_background_update); the fill owns the lock.
   void start_background(http::Exchange& ex, CachePath& path, std::string key, const Hash128& locked);
 
+  /// This core's copies of small hot entries (hot_cache.hh).
+  HotCache& hot() { return hot_; }
+
   struct Counters {
     uint64_t hits = 0, misses = 0, expired = 0, stale = 0, updating = 0, revalidated = 0, bypass = 0;
     uint64_t lock_waits = 0, lock_timeouts = 0, purges = 0, background = 0;
@@ -104,6 +108,7 @@ class CacheModule final : public proxy::ProxyHooks, public reactor::Poller, publ
   std::vector<std::unique_ptr<BackgroundFill>> fills_;
   std::vector<std::unique_ptr<CacheMaintainer>> maintainers_;
   Counters counters_;
+  HotCache hot_;
 };
 
 }  // namespace kosoku::cache

@@ -26,7 +26,7 @@ uint64_t g_boundary_seed = 0x2545F4914F6CDD1Dull;
 void CacheState::serve(CacheStatus status) {
   status_ = status;
   phase_ = Phase::kServing;
-  const EntryMeta& m = use_entry_meta_ ? reader_.meta() : served_;
+  const EntryMeta& m = hot_meta_ != nullptr ? *hot_meta_ : use_entry_meta_ ? reader_.meta() : served_;
   head_text_.clear();
   absl::StrAppend(&head_text_, "HTTP/1.1 ", m.status, " X\r\n", m.head, "\r\n");
   head_resp_.fields = std::span<http::HeaderField>(head_fields_, std::size(head_fields_));
@@ -133,6 +133,16 @@ void CacheState::pump() {
       ex_.write(p.text);
       written_ += p.text.size();
       ++piece_;
+      continue;
+    }
+    if (hot_meta_ != nullptr) {
+      // A HotCache copy: the bytes are in memory (copied into the stream, so nothing refers to the copy later).
+      std::string_view d = hot_body_.substr(static_cast<size_t>(p.offset + piece_done_),
+                                            static_cast<size_t>(p.length - piece_done_));
+      ex_.write(d);
+      written_ += d.size();
+      ++piece_;
+      piece_done_ = 0;
       continue;
     }
     const int b = next_buf_;

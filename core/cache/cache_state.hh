@@ -82,6 +82,14 @@ class CacheState final : public http::ContentState,
   uint64_t now_ms() const;
   const CacheLocConf& conf() const { return ex_.location().cache; }
 
+  // A response that fills the cache finishes only once its entry is committed (or abandoned), as nginx renames
+  // the temp file before it finalizes the request: the next request, on any core, finds the entry.
+  struct StoreWait {
+    CacheState* state = nullptr;  // null once the state stopped caring (destroyed, aborted, restarted)
+  };
+  void on_store_done();
+  void detach_store_wait();
+
   // cache_serve.cc — may end the exchange:
   void serve(CacheStatus status);
   void pump();
@@ -111,14 +119,18 @@ class CacheState final : public http::ContentState,
   // The entry on disk.
   EntryReader reader_;
   bool have_entry_ = false;   // reader_ holds a valid, open entry
-  EntryMeta served_;          // a revalidated entry's merged version (served when !use_entry_meta_)
-  bool use_entry_meta_ = true;  // serve reader_.meta() as is (no copy)
+  EntryMeta served_;          // a revalidated entry's merged version
+  bool use_entry_meta_ = true;  // serve reader_.meta() as is (no copy), else served_ / the hot copy
+  const EntryMeta* hot_meta_ = nullptr;  // serving a HotCache copy: its header ...
+  std::string_view hot_body_;            // ... and body (valid during serve(): it completes synchronously)
 
   // The fetch.
   std::unique_ptr<FetchExchange> fetch_;
   bool passthrough_ = false;
   bool fetch_released_ = false;
   StoreWriter* writer_ = nullptr;
+  std::shared_ptr<StoreWait> store_wait_;  // the writer's completion, while it is pending
+  bool finish_deferred_ = false;           // the fetch finished; ex_.finish() waits for the store
   int64_t expected_length_ = -1;
   int64_t request_time_ = 0;
 

@@ -321,7 +321,9 @@ uint64_t CacheZone::commit(const Hash128& h, const Commit& c, int64_t now_s, std
   s->fs_size.store(c.fs_size, std::memory_order_relaxed);
   s->parent.store(c.parent, std::memory_order_relaxed);
   uint8_t flags = static_cast<uint8_t>(kEntryExists | c.extra_flags);
-  s->meta.store(pack_meta(kStateUsed, flags, 0, meta_uses(m)), std::memory_order_relaxed);
+  uint16_t gen = gen_.fetch_add(1, std::memory_order_relaxed);
+  if (gen == 0) gen = gen_.fetch_add(1, std::memory_order_relaxed);  // 0 never names a file version
+  s->meta.store(pack_meta(kStateUsed, flags, gen, meta_uses(m)), std::memory_order_relaxed);
   s->last_access.store(relative_time(now_s), std::memory_order_relaxed);
   s->lock_until.store(0, std::memory_order_relaxed);
   uint64_t waiters = s->waiters.exchange(0, std::memory_order_relaxed);

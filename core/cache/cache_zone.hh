@@ -64,11 +64,14 @@ struct EntryView {
   uint64_t parent = 0;      // kEntryVariant: Hash128::tag() of the primary
   uint32_t uses = 0;
   uint32_t last_access = 0; // seconds since the zone's epoch
-  uint16_t vary_id = 0;     // kEntryPrimary: VaryTable id
+  uint16_t vary_id = 0;     // kEntryPrimary: VaryTable id; kEntryExists: the commit generation (gen())
   uint8_t flags = 0;
   uint64_t lock_until_ms = 0;  // 0: not locked; else the monotonic ms until which the lock holds
   uint64_t waiters = 0;        // cores waiting for the lock (bit per core)
   bool exists() const { return flags & kEntryExists; }
+  /// A 16-bit number that changes with every commit of a file for this entry (a per-core copy of the entry is
+  /// valid only while gen, expires_at and fs_size are all unchanged).
+  uint16_t gen() const { return vary_id; }
 };
 
 /// Interned Vary name lists (freshness.hh normalised form), ids 1..kMaxVaryLists. Lock-free reads; interning a
@@ -220,6 +223,7 @@ class CacheZone {
   Bucket* buckets_;
   std::atomic<uint64_t> bytes_{0};
   std::atomic<uint64_t> entries_{0};
+  std::atomic<uint16_t> gen_{0};
   std::atomic<size_t> sweep_hand_{0};
   std::atomic<size_t> evict_hand_{0};
   VaryTable vary_;

@@ -305,6 +305,17 @@ def test_miss_then_hit_with_age(env):
     assert env.origin.count(p) == 1
 
 
+def test_entry_is_committed_before_the_miss_response_ends(env):
+    # nginx renames the temp file before it finalizes the request; so does kosoku: a request that follows a
+    # completed MISS — on either worker — is a HIT, never a second origin request.
+    p = prefix()
+    for i in range(30):
+        env.origin.route(f"{p}/{i}", fixed(b"x" * (i * 997)))
+        assert status(get(env.port, f"{p}/{i}")) == "MISS"
+        assert status(get(env.port, f"{p}/{i}")) == "HIT", i
+        assert env.origin.count(f"{p}/{i}") == 1
+
+
 def test_query_is_part_of_the_key(env):
     p = prefix() + "/q"
     env.origin.route(p, lambda req, n: Reply(200, [("Cache-Control", "max-age=60")], req.target.encode()))
@@ -600,6 +611,8 @@ def test_restart_keeps_cache(tmp_path):
         time.sleep(0.2)
     finally:
         assert s.stop() == 0
+    # A new port: the old one may still have TIME_WAIT connections (what matters here is the cache directory).
+    port = sut.free_port()
     s = start_server(tmp_path, port, origin)
     try:
         time.sleep(0.5)  # the cache loader
