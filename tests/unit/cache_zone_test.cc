@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/cache/cache_key.hh"
+#include "core/cache/hot_cache.hh"
 
 namespace kosoku::cache {
 namespace {
@@ -207,6 +208,77 @@ TEST(CacheZoneTest, KeyIndexForEach) {
   idx.erase(hash_key("/a"));
   EXPECT_EQ(idx.get(hash_key("/b")), "/b");
   EXPECT_FALSE(idx.get(hash_key("/a")).has_value());
+}
+
+TEST(CacheZoneTest, CommitGenerationChangesWithEveryCommit) {
+  CacheZone z("z", 1 << 16, kNow);
+  Hash128 h = hash_key("g");
+  std::optional<EntryView> ev;
+  z.commit(h, CacheZone::Commit{kNow + 60, 100, 0, 0}, kNow, &ev);
+  uint16_t g1 = z.peek(h)->gen();
+  z.commit(h, CacheZone::Commit{kNow + 60, 100, 0, 0}, kNow, &ev);  // same expiry and size: a new version
+  uint16_t g2 = z.peek(h)->gen();
+  EXPECT_NE(g1, 0u);
+  EXPECT_NE(g2, 0u);
+  EXPECT_NE(g1, g2);
+  z.count_use(h, kNow, &ev);
+  EXPECT_EQ(z.peek(h)->gen(), g2);  // counting uses is not a new version
+}
+
+TEST(HotCacheTest, CopyIsUsedOnlyForTheSameVersion) {
+  CacheZone z("z", 1 << 16, kNow);
+  Hash128 h = hash_key("hot");
+  std::optional<EntryView> ev;
+  z.commit(h, CacheZone::Commit{kNow + 60, 300, 0, 0}, kNow, &ev);
+  EntryMeta m;
+  m.key = "hot";
+  m.body_size = 5;
+  m.header_size = 295;
+  HotCache hot;
+  hot.put(h, *z.peek(h), m, "hello");
+  ASSERT_NE(hot.find(h, *z.peek(h)), nullptr);
+  EXPECT_EQ(hot.find(h, *z.peek(h))->body, "hello");
+  EXPECT_EQ(hot.hits(), 2u);
+  // A new commit (a refill, a revalidation rewrite): the copy is dropped at the next lookup.
+  z.commit(h, CacheZone::Commit{kNow + 60, 300, 0, 0}, kNow, &ev);
+  EXPECT_EQ(hot.find(h, *z.peek(h)), nullptr);
+  EXPECT_EQ(hot.size(), 0u);
+  // A purge: the zone has no entry; a placeholder view never matches either.
+  hot.put(h, *z.peek(h), m, "hello");
+  z.remove(h);
+  EntryView gone;
+  EXPECT_EQ(hot.find(h, gone), nullptr);
+  EXPECT_EQ(hot.bytes(), 0u);
+  // Too large or incomplete bodies are not copied.
+  z.commit(h, CacheZone::Commit{kNow + 60, 300, 0, 0}, kNow, &ev);
+  hot.put(h, *z.peek(h), m, "hell");
+  EXPECT_EQ(hot.size(), 0u);
+  EntryMeta big = m;
+  big.body_size = HotCache::kMaxEntry;
+  hot.put(h, *z.peek(h), big, std::string(HotCache::kMaxEntry, 'b'));
+  EXPECT_EQ(hot.size(), 0u);
+}
+
+TEST(HotCacheTest, LruByBytes) {
+  CacheZone z("z", 1 << 16, kNow);
+  HotCache hot(3 * (1000 + 256 + 2));  // room for three 1000-byte bodies (with the bookkeeping)
+  std::optional<EntryView> ev;
+  std::vector<Hash128> hs;
+  for (int i = 0; i < 4; ++i) {
+    Hash128 h = hash_key("k" + std::to_string(i));
+    hs.push_back(h);
+    z.commit(h, CacheZone::Commit{kNow + 60, 1100, 0, 0}, kNow, &ev);
+    EntryMeta m;
+    m.key = "k" + std::to_string(i);
+    m.body_size = 1000;
+    m.header_size = 100;
+    if (i == 3) ASSERT_NE(hot.find(hs[0], *z.peek(hs[0])), nullptr);  // k0 becomes the most recent
+    hot.put(h, *z.peek(h), m, std::string(1000, 'x'));
+  }
+  EXPECT_EQ(hot.size(), 3u);
+  EXPECT_NE(hot.find(hs[0], *z.peek(hs[0])), nullptr);
+  EXPECT_EQ(hot.find(hs[1], *z.peek(hs[1])), nullptr);  // the least recently used went
+  EXPECT_NE(hot.find(hs[3], *z.peek(hs[3])), nullptr);
 }
 
 // Writers keep fs_size == 2 * expires_at in every committed version of a few hot keys; readers on other
