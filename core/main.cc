@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/base/log.hh"
 #include "core/cache/cache_paths.hh"
+#include "core/cache/cache_stats.hh"
 #include "core/cache/purge.hh"
 #include "core/config/check.hh"
 #include "core/config/loader.hh"
@@ -188,6 +189,7 @@ int main(int argc, char** argv) {
       return 1;
     }
     kosoku::cache::set_registry(caches.get());
+    kosoku::cache::register_stats(caches.get());  // the `proxy_cache` section of status and the console
   }
   // `network dpdk` (kernel-bypass/dpdk/backend.hh): EAL and the port, once, before the workers.
   if (dpdk) {

@@ -90,6 +90,7 @@ std::string_view cache_status_name(CacheStatus s) {
 CacheModule::CacheModule(http::HttpServer& server, proxy::ProxyModule& proxy, CacheRegistry* reg)
     : server_(server), proxy_(proxy), reactor_(*server.core().reactor), reg_(reg), core_(reactor_.core_id()) {
   if (reg_ == nullptr) return;
+  counters_ = &reg_->counters(core_);
   proxy_.set_hooks(this);
   server_.add_content_handler(&CacheModule::is_purge_location, this);
   reactor_.add_poller(this);
@@ -117,7 +118,7 @@ disk::DiskQueue& CacheModule::queue_for(const CachePath& path, const http::Excha
 
 void CacheModule::wait(const Hash128& h, CacheState* s) {
   waiters_[h].push_back(s);
-  ++counters_.lock_waits;
+  ++counters_->lock_waits;
 }
 
 void CacheModule::unwait(const Hash128& h, CacheState* s) {
@@ -176,7 +177,7 @@ void CacheModule::retire(std::unique_ptr<FetchExchange> fx) {
 }
 
 void CacheModule::start_background(http::Exchange& ex, CachePath& path, std::string key, const Hash128& locked) {
-  ++counters_.background;
+  ++counters_->background;
   fills_.push_back(std::make_unique<BackgroundFill>(*this, ex, path, std::move(key), locked));
   fills_.back()->start();
 }
@@ -358,6 +359,7 @@ void CacheState::lookup() {
   if (v && v->exists()) {
     if (const HotCache::Entry* he = mod_.hot().find(hash_, *v); he != nullptr && he->meta.freshness.fresh(now)) {
       ++mod_.counters().hits;
+      ++mod_.counters().hot_hits;
       hot_meta_ = &he->meta;
       hot_body_ = he->body;
       serve(CacheStatus::kHit);

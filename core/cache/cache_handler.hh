@@ -89,11 +89,8 @@ class CacheModule final : public proxy::ProxyHooks, public reactor::Poller, publ
   /// This core's copies of small hot entries (hot_cache.hh).
   HotCache& hot() { return hot_; }
 
-  struct Counters {
-    uint64_t hits = 0, misses = 0, expired = 0, stale = 0, updating = 0, revalidated = 0, bypass = 0;
-    uint64_t lock_waits = 0, lock_timeouts = 0, purges = 0, background = 0;
-  };
-  Counters& counters() { return counters_; }
+  /// This core's counters (in the registry, so the stats renderers can read every core's).
+  CacheCounters& counters() { return *counters_; }
 
  private:
   void wake_all();
@@ -107,7 +104,8 @@ class CacheModule final : public proxy::ProxyHooks, public reactor::Poller, publ
   std::vector<std::unique_ptr<FetchExchange>> retired_;
   std::vector<std::unique_ptr<BackgroundFill>> fills_;
   std::vector<std::unique_ptr<CacheMaintainer>> maintainers_;
-  Counters counters_;
+  CacheCounters own_counters_;                 // used when there is no registry
+  CacheCounters* counters_ = &own_counters_;
   HotCache hot_;
 };
 

@@ -101,6 +101,13 @@ class WakeHub {
   std::vector<std::unique_ptr<Inbox>> inboxes_;
 };
 
+/// One core's cache counters: plain fields written only by that core's loop, read by the stats renderers on
+/// demand (a slightly stale value is fine; 64-bit aligned stores do not tear on x86-64).
+struct alignas(64) CacheCounters {
+  uint64_t hits = 0, misses = 0, expired = 0, stale = 0, updating = 0, revalidated = 0, bypass = 0;
+  uint64_t lock_waits = 0, lock_timeouts = 0, purges = 0, background = 0, hot_hits = 0;
+};
+
 /// Every cache of the configuration.
 class CacheRegistry {
  public:
@@ -113,11 +120,15 @@ class CacheRegistry {
   CachePath* find(std::string_view zone_name);
   std::span<const std::unique_ptr<CachePath>> paths() const { return paths_; }
   WakeHub& wake_hub() { return hub_; }
+  /// The counters of `core` (0..cores-1).
+  CacheCounters& counters(int core) { return counters_[static_cast<size_t>(core) % counters_.size()]; }
+  const std::vector<CacheCounters>& all_counters() const { return counters_; }
 
  private:
-  explicit CacheRegistry(int cores) : hub_(cores) {}
+  explicit CacheRegistry(int cores) : hub_(cores), counters_(static_cast<size_t>(cores > 0 ? cores : 1)) {}
   std::vector<std::unique_ptr<CachePath>> paths_;
   WakeHub hub_;
+  std::vector<CacheCounters> counters_;
 };
 
 /// The process's registry: set once by main before the loops start (null: no proxy_cache_path).

@@ -221,6 +221,11 @@ def cache_config(port: int, origin_port: int, w: Path) -> str:
             deny all;
             proxy_cache_purge main "$scheme:$host$arg_key";
         }}
+        location = /kosoku-status {{
+            allow 127.0.0.1;
+            deny all;
+            status;
+        }}
         location = /purge-all {{
             allow 127.0.0.1;
             deny all;
@@ -624,6 +629,28 @@ def test_restart_keeps_cache(tmp_path):
     finally:
         assert s.stop() == 0
         origin.stop()
+
+
+def test_status_page_shows_cache_counters(env):
+    import json
+
+    p = prefix() + "/st"
+    env.origin.route(p, fixed(b"stats"))
+    get(env.port, p)
+    for _ in range(3):
+        assert status(get(env.port, p)) == "HIT"
+    doc = json.loads(get(env.port, "/kosoku-status?format=json").body)
+    metrics = doc["extra"]["proxy_cache"]
+    by = lambda name, **labels: [m["value"] for m in metrics
+                                 if m["name"] == name and all(m["labels"].get(k) == v for k, v in labels.items())]
+    assert sum(by("cache_responses_total", status="HIT")) >= 3
+    assert sum(by("cache_responses_total", status="MISS")) >= 1
+    assert by("cache_entries", zone="main")[0] >= 1
+    assert by("cache_bytes", zone="main")[0] > 0
+    assert by("cache_max_size_bytes", zone="small") == [300 * 1024]
+    assert by("cache_loaded", zone="main") == [1]
+    prom = get(env.port, "/kosoku-status?format=prometheus").body.decode()
+    assert 'kosoku_cache_responses_total{core="0",status="HIT"}' in prom
 
 
 # ------------------------------------------------------------------------------------------------------------
