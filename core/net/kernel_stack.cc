@@ -591,11 +591,16 @@ int probe_listen_address(const config::ListenConf& conf, std::string* err) {
   int one = 1;
   setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
   if (conf.addr.ss_family == AF_INET6) setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
+  // A kosoku that just exited may still hold its listener for a moment: io_uring tears a ring down
+  // asynchronously after the process is gone, and a pending accept keeps the socket alive until then. Retry
+  // EADDRINUSE for up to 3 s (start-up only, never on a loop).
   int rc = 0;
-  if (::bind(fd, reinterpret_cast<const sockaddr*>(&conf.addr), conf.addr_len) < 0) {
-    rc = -errno;
-    if (err) *err = absl::StrCat("bind() to ", conf.text, " failed (", -rc, ": ", std::strerror(-rc), ")");
+  for (int attempt = 0; attempt < 60; ++attempt) {
+    rc = ::bind(fd, reinterpret_cast<const sockaddr*>(&conf.addr), conf.addr_len) < 0 ? -errno : 0;
+    if (rc != -EADDRINUSE) break;
+    usleep(50 * 1000);
   }
+  if (rc < 0 && err) *err = absl::StrCat("bind() to ", conf.text, " failed (", -rc, ": ", std::strerror(-rc), ")");
   ::close(fd);
   return rc;
 }
