@@ -6,6 +6,9 @@
 #include <cstdio>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/match.h"
 #include "core/reactor/reactor.hh"
 #include "core/rules/cache_rule.hh"
 
@@ -161,6 +164,33 @@ bool RequestVariables::get(config::VarId id, std::string_view suffix, std::strin
       out.append(h);
       return true;
     }
+    case VarId::kArg:  // $arg_NAME: the first NAME=value in the query, undecoded (nginx)
+      for (std::string_view kv : absl::StrSplit(ex_.args(), '&')) {
+        size_t eq = kv.find('=');
+        if (absl::EqualsIgnoreCase(kv.substr(0, eq), suffix)) {
+          if (eq != std::string_view::npos) out.append(kv.substr(eq + 1));
+          return true;
+        }
+      }
+      return false;
+    case VarId::kCookie:  // $cookie_NAME: the value of cookie NAME in the Cookie fields
+      for (const HeaderField& f : req.headers()) {
+        if (f.token != HeaderToken::kCookie) continue;
+        for (std::string_view kv : absl::StrSplit(f.value, ';')) {
+          kv = absl::StripAsciiWhitespace(kv);
+          size_t eq = kv.find('=');
+          if (eq != std::string_view::npos && absl::EqualsIgnoreCase(kv.substr(0, eq), suffix)) {
+            out.append(kv.substr(eq + 1));
+            return true;
+          }
+        }
+      }
+      return false;
+    case VarId::kProxyHost:  // set by the proxy's own source (core/proxy/proxy_request.hh)
+    case VarId::kProxyPort:
+    case VarId::kProxyAddXForwardedFor:
+    case VarId::kDeclared:   // split_clients: resolved by the cache's source (core/cache/cache_variables.cc)
+      return false;
     case VarId::kCacheRule:  // core/rules: "1" = do not cache
       out.append(rules::cache_rule_value(ex_));
       return true;

@@ -457,3 +457,15 @@ def test_version_and_static_binary():
     if "static" in out:
         ftype = subprocess.run(["file", "-L", sut.kosoku_bin()], capture_output=True, text=True).stdout
         assert "statically linked" in ftype
+
+
+def test_arg_and_cookie_variables_in_return(tmp):
+    k = Kosoku(tmp, workers=1, server='location /v { return 200 "a=$arg_a c=$cookie_sid\\n"; }')
+    k.start()
+    try:
+        r = k.get("/v?b=2&A=hello", {"Cookie": "x=1; SID=abc"})
+        assert r.status == 200 and r.body == b"a=hello c=abc\n"
+        r = k.get("/v")
+        assert r.body == b"a= c=\n"
+    finally:
+        assert k.stop() == 0
