@@ -9,7 +9,9 @@
 // exponential backoff; NewReno fast retransmit / recovery (RFC 5681, RFC 6582); delayed ACKs (every second
 // full segment or delayed_ack_ms); zero-window probes (persist timer); RST handling with RFC 5961 challenge
 // ACKs (rate-limited per connection); ISNs per RFC 6528 (isn.hh); RST for segments to closed ports.
-// Not implemented (fail loudly where a caller could depend on it): SACK (not negotiated), keep-alive, urgent
+// SACK (RFC 2018) negotiated on SYN/SYN-ACK with RFC 6675 loss recovery (sack_scoreboard.hh; NewReno
+// for peers without SACK); keep-alive per listening socket (`listen ... so_keepalive=`, RFC 9293 §3.8.4).
+// Not implemented (fail loudly where a caller could depend on it): D-SACK, urgent
 // data (ignored), IPv6 (listen/connect refuse it), ECN, flow steering between cores (one queue per port).
 #pragma once
 
@@ -57,6 +59,12 @@ struct TcpConfig {
   bool window_scaling = true;
   bool timestamps = true;
   bool syn_cookies = true;
+  bool sack = true;                          // offer/accept SACK-permitted (RFC 2018), RFC 6675 recovery
+  // Keep-alive (RFC 9293 §3.8.4, RFC 1122 §4.2.3.6), off unless the listening socket says so_keepalive=on;
+  // the values a `so_keepalive=on` or an empty field of `so_keepalive=idle:intvl:cnt` uses (Linux defaults).
+  uint64_t keepalive_idle_ms = 7'200'000;
+  uint64_t keepalive_interval_ms = 75'000;
+  unsigned keepalive_probes = 9;
 };
 
 /// Per-core TCP counters (plain fields, owning core only).
@@ -68,6 +76,9 @@ struct TcpStats {
   uint64_t syn_in = 0, syn_backlog_full = 0, syn_cookies_sent = 0, syn_cookies_ok = 0, syn_cookies_bad = 0;
   uint64_t active_opens = 0, passive_opens = 0, established = 0, refused_max_streams = 0, timeouts = 0;
   uint64_t time_wait = 0;  // gauge
+  uint64_t sack_recoveries = 0, sack_blocks_out = 0, sack_reneging = 0;  // RFC 6675 recoveries entered
+  uint64_t keepalive_probes = 0, keepalive_timeouts = 0;
+  uint64_t memory_bytes = 0;  // gauge: TCBs (TIME_WAIT included) + their buffers, bytes
 };
 
 class Tcb;
