@@ -23,7 +23,7 @@ $(BUILD)/release/build.ninja: | deps
 	cmake -S . -B $(BUILD)/release -G Ninja -DCMAKE_BUILD_TYPE=Release -DKOSOKU_STATIC=ON -DKOSOKU_TESTS=OFF
 
 build: deps $(BUILD)/release/build.ninja
-	ninja -C $(BUILD)/release -j$(JOBS) kosoku
+	ninja -C $(BUILD)/release -j$(JOBS) kosoku kosoku-loadgen
 	@file $(BUILD)/release/kosoku | grep -q 'statically linked' || { echo "kosoku is not statically linked"; exit 1; }
 
 build-asan: deps
