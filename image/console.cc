@@ -1,6 +1,7 @@
 // Serial console thread and commands. See console.hh.
 #include "image/console.hh"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
@@ -18,10 +19,12 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "core/base/log.hh"
 #include "core/stats/export.hh"
+#include "image/nic.hh"
 #include "image/pid1.hh"
 #include "image/sha256.hh"
 
@@ -103,6 +106,16 @@ std::string human_bytes(uint64_t b) {
 }
 
 }  // namespace
+
+std::string network_line(const config::NetworkConf& net, const std::vector<std::string>& bound_nics) {
+  if (net.backend != config::NetworkBackend::kDpdk) return "network kernel (io_uring sockets)";
+  const auto dotted = [](uint32_t host_order) { return ipv4_to_string(in_addr{htonl(host_order)}); };
+  std::string out = absl::StrCat("network dpdk ", dotted(net.dpdk.address), "/", net.dpdk.prefix_len);
+  if (net.dpdk.gateway != 0) absl::StrAppend(&out, " via ", dotted(net.dpdk.gateway));
+  if (!bound_nics.empty()) absl::StrAppend(&out, " on ", absl::StrJoin(bound_nics, " "));
+  absl::StrAppend(&out, " (DPDK PMD, kosoku's TCP/IP stack)");
+  return out;
+}
 
 void LineEditor::feed(std::string_view bytes, Output* out) {
   for (const char ch : bytes) {
@@ -403,6 +416,7 @@ std::string Console::cmd_version() const {
                                  conf_.worker_processes, " worker loops");
   if (!boot.nic_mode.empty()) absl::StrAppend(&out, "\nNIC mode ", boot.nic_mode);
   if (!boot.interface.empty()) absl::StrAppend(&out, ", ", boot.interface);
+  absl::StrAppend(&out, "\n", network_line(conf_.network, boot.bound_nics));
   return out;
 }
 

@@ -121,4 +121,10 @@ class Console {
   LineEditor editor_;
 };
 
+/// The network line of `version`: "network kernel (io_uring sockets)" or, for `network dpdk`,
+/// "network dpdk 10.0.2.15/24 via 10.0.2.2 on 0000:00:03.0 (DPDK PMD, kosoku's TCP/IP stack)" — the dpdk block's
+/// address and gateway (no "via" without one) and the PCI devices PID 1 bound for it (`bound_nics`, omitted
+/// when empty, e.g. a vdev).
+std::string network_line(const config::NetworkConf& net, const std::vector<std::string>& bound_nics);
+
 }  // namespace kosoku::appliance

@@ -26,8 +26,9 @@ struct NicMode {
   bool kernel_netdev;                // true: the kernel owns the NIC and PID 1 configures its interface
 };
 
-/// kernel: virtio_net + kosoku's io_uring socket backend (the default until the DPDK backend lands);
-/// uio: uio_pci_generic for the DPDK virtio PMD (IOVA=PA, no IOMMU needed);
+/// kernel: virtio_net + kosoku's io_uring socket backend (what PID 1 assumes when `kosoku.nic=` is absent);
+/// uio: uio_pci_generic for the DPDK virtio PMD (IOVA=PA, no IOMMU needed; build-image's choice for
+/// `network dpdk;`, the default appliance);
 /// vfio: vfio-pci, only where an IOMMU exists (Debian's kernel has no no-IOMMU mode).
 inline constexpr NicMode kNicModes[] = {
     {"kernel", "", true},

@@ -1,14 +1,22 @@
-"""Boot tests of the appliance image (issue 3): image/build-image, image/run-qemu, PID 1 and the serial console.
+"""Boot tests of the appliance image (issues 3 and 4): image/build-image, image/run-qemu, PID 1, the serial
+console, and the DPDK backend inside the guest.
 
-Each boot test builds nothing itself: the module fixture builds one image from a test config and a test site
-into a temp dir, then each test boots it in QEMU (TCG here: ../shared/notes/appliance-recipe.md Trap 0) with
-the serial console on a unix socket, and checks through QEMU's user-network port forward and the console:
+The module fixture builds two images from test configs and one test site into a temp dir: the default one on
+the DPDK backend (`network dpdk;`: NIC mode uio, the virtio-net NIC bound to uio_pci_generic by PID 1,
+hugepages reserved by PID 1, DPDK's virtio PMD and kosoku's own TCP/IP stack answering 10.0.2.15) and one on
+the kernel backend (virtio_net + io_uring sockets on eth0). Each boot test boots one in QEMU (TCG here:
+../shared/notes/appliance-recipe.md Trap 0) with the serial console on a unix socket, and checks through QEMU's
+user-network port forward and the console:
   - GET / returns the site's index page (first HTTP 200 timed from QEMU's start);
-  - `stats json` counts exactly the requests made;
+  - `stats json` counts exactly the requests made; on DPDK, `stats` shows the port's rx/tx packet counters and
+    they grew by at least the packets those requests take;
   - `config` prints the SHA-256 of the host's config file and says it matches the flashed digest;
-  - `poweroff` makes QEMU exit with status 0, after the data disk was unmounted.
-It runs once with SeaBIOS and once with OVMF, both from the same hybrid disk. A broken config must fail
-`make image` with kosoku's `file:line:col: message` and leave no image.
+  - the console answers while wrk loads the server (SeaBIOS runs);
+  - `poweroff` makes QEMU exit with status 0, after the data disk was unmounted (DPDK image: read-write data
+    disk, which the host's e2fsck then finds clean).
+The DPDK image boots with SeaBIOS and with OVMF (same hybrid disk), the kernel image with SeaBIOS. A fatal
+error reboots or halts as configured. A broken config must fail `make image` with kosoku's
+`file:line:col: message` and leave no image.
 
 Environment:
   KOSOKU_BIN            the kosoku binary (default build/release/kosoku; must be static)
@@ -72,18 +80,33 @@ def record(key: str, value) -> None:
 TEST_SITE_INDEX = b"<!DOCTYPE html>\n<title>kosoku appliance test</title>\n<p>appliance-boot-test-marker</p>\n"
 
 
-def appliance_test_config(port: int = 80) -> str:
-    return f"""# appliance boot test config (tests/integration/test_appliance.py)
-worker_processes 2;
+def appliance_test_config(port: int = 80, backend: str = "dpdk") -> str:
+    """The test config: `backend` "dpdk" (one worker on the DPDK port, 64 hugepages, read-write data disk) or
+    "kernel" (two workers on eth0, read-only data disk). Both answer 10.0.2.15 via 10.0.2.2 (QEMU user-net)."""
+    if backend == "dpdk":
+        network = """worker_processes 1;
+network dpdk;
+dpdk {
+    eal -l 0 --in-memory --iova-mode=pa --no-telemetry --log-level=notice;
+    address 10.0.2.15/24;
+    gateway 10.0.2.2;
+}"""
+        appliance = """    data_disk /dev/vda rw fstype=ext4 mount=/data;
+    hugepages 64;"""
+    else:
+        network = "worker_processes 2;"
+        appliance = """    address 10.0.2.15/24;
+    gateway 10.0.2.2;
+    interface eth0;
+    data_disk /dev/vda ro fstype=ext4 mount=/data;"""
+    return f"""# appliance boot test config, {backend} backend (tests/integration/test_appliance.py)
+{network}
 events {{
     worker_connections 1024;
 }}
 error_log stderr notice;
 appliance {{
-    address 10.0.2.15/24;
-    gateway 10.0.2.2;
-    interface eth0;
-    data_disk /dev/vda ro fstype=ext4 mount=/data;
+{appliance}
     console ttyS0 115200;
     on_fatal reboot;
 }}
@@ -104,6 +127,14 @@ http {{
 """
 
 
+def build_image(conf: Path, site: Path, out: Path, *extra: str) -> dict:
+    """image/build-image CONF → OUT; returns the manifest."""
+    p = subprocess.run([str(IMAGE / "build-image"), "--config", str(conf), "--site", str(site), "--out", str(out),
+                        "--kosoku", str(kosoku_bin()), *extra], cwd=REPO, capture_output=True, text=True)
+    assert p.returncode == 0, f"build-image failed:\n{p.stdout}{p.stderr}"
+    return json.loads((out / "manifest.json").read_text())
+
+
 @pytest.fixture(scope="module")
 def built_image(tmp_path_factory):
     why = qemu_runs()
@@ -121,18 +152,19 @@ def built_image(tmp_path_factory):
     (site / "sub").mkdir(parents=True)
     (site / "index.html").write_bytes(TEST_SITE_INDEX)
     (site / "sub" / "file.txt").write_bytes(b"a file in a subdirectory\n")
-    conf = base / "appliance-test.conf"
-    conf.write_text(appliance_test_config())
-    out = base / "image"
-    t0 = time.monotonic()
-    p = subprocess.run([str(IMAGE / "build-image"), "--config", str(conf), "--site", str(site), "--out", str(out),
-                        "--kosoku", str(kosoku)], cwd=REPO, capture_output=True, text=True)
-    assert p.returncode == 0, f"build-image failed:\n{p.stdout}{p.stderr}"
-    manifest = json.loads((out / "manifest.json").read_text())
-    record("image_build_seconds", round(time.monotonic() - t0, 1))
-    record("sizes_bytes", {**manifest["sizes"], "kosoku_stripped": manifest["kosoku_stripped_bytes"],
-                           "modules": manifest["modules_bytes"], "initramfs_cpio": manifest["initramfs_cpio_bytes"]})
-    return {"dir": out, "conf": conf, "manifest": manifest, "base": base}
+    images = {"base": base, "site": site}
+    for backend in ("dpdk", "kernel"):
+        conf = base / f"appliance-test-{backend}.conf"
+        conf.write_text(appliance_test_config(backend=backend))
+        out = base / f"image-{backend}"
+        t0 = time.monotonic()
+        manifest = build_image(conf, site, out)
+        record(f"image_build_seconds_{backend}", round(time.monotonic() - t0, 1))
+        record(f"sizes_bytes_{backend}", {**manifest["sizes"], "kosoku_stripped": manifest["kosoku_stripped_bytes"],
+                                          "modules": manifest["modules_bytes"],
+                                          "initramfs_cpio": manifest["initramfs_cpio_bytes"]})
+        images[backend] = {"dir": out, "conf": conf, "manifest": manifest}
+    return images
 
 
 class Serial:
@@ -208,31 +240,41 @@ class Vm:
             qemu = self.proc.stdout.read().decode(errors="replace")
         return f"--- run-qemu (exit {self.proc.returncode}) ---\n{qemu}--- serial log ---\n{self.serial_text()[-6000:]}"
 
+    def cpu_seconds(self) -> float:
+        """QEMU's own CPU time so far (run-qemu execs QEMU: same pid): the boot cost without the host's load."""
+        try:
+            f = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+            return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+        except (OSError, IndexError, ValueError):
+            return float("nan")
+
     def wait_boot(self) -> dict:
-        """Polls until the first HTTP 200; returns the times (s since QEMU start) of the first serial byte,
-        the first kosoku line and the first 200."""
-        first_byte = first_line = None
+        """Polls until the first HTTP 200; returns the times (s since QEMU start) of the first serial byte, the
+        first kosoku line, the data disk line (end of PID 1's init), the `started` line (network backend up:
+        for DPDK, EAL + port start lie between the two) and the first 200, plus QEMU's CPU time by then."""
+        marks = {"first_serial_byte_s": "", "first_kosoku_line_s": "kosoku: ", "data_disk_line_s": "kosoku: data disk: ",
+                 "started_line_s": " started: "}
+        seen: dict[str, float] = {}
         deadline = self.t0 + BOOT_TIMEOUT
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise AssertionError(f"QEMU exited with {self.proc.returncode} during boot\n{self.diagnostics()}")
             text = self.serial_text()
             now = time.monotonic() - self.t0
-            if first_byte is None and text:
-                first_byte = now
-            if first_line is None and "kosoku: " in text:
-                first_line = now
-            if "kosoku: network: " not in text:
-                # Before eth0 is up, slirp would hold a connection and retry it for seconds: such a request
-                # could reach the server long after its client gave up, and be counted behind our back.
+            for key, marker in marks.items():
+                if key not in seen and text and marker in text:
+                    seen[key] = round(now, 2)
+            if "started_line_s" not in seen:
+                # Before the server's network is up (eth0, or the DPDK port answering ARP), slirp would hold a
+                # connection and retry it for seconds: such a request could reach the server long after its
+                # client gave up, and be counted behind our back.
                 time.sleep(0.05)
                 continue
             try:
                 status, _ = http_get(self.port, timeout=30)
                 if status == 200:
-                    return {"first_serial_byte_s": round(first_byte or now, 2),
-                            "first_kosoku_line_s": round(first_line or now, 2),
-                            "first_http_200_s": round(now, 2)}
+                    return {**seen, "first_http_200_s": round(time.monotonic() - self.t0, 2),
+                            "qemu_cpu_s_at_first_200": round(self.cpu_seconds(), 2)}
             except OSError:
                 pass
             time.sleep(0.1)
@@ -245,12 +287,48 @@ class Vm:
         shutil.rmtree(self.sockdir, ignore_errors=True)
 
 
-@pytest.mark.parametrize("bios", ["seabios", "ovmf"])
-def test_boot_serve_console_poweroff(built_image, tmp_path, bios):
-    vm = Vm(built_image["dir"], tmp_path, bios)
+PORT_COUNTER = re.compile(r"^dpdk_port (dpdk_[a-z_]+)\{port=\"0\"\} (\d+)$", re.M)
+
+
+def port_counters(serial: Serial) -> dict[str, int]:
+    """The DPDK port's counters from the console's text `stats` (lines `dpdk_port NAME{port="0"} VALUE`)."""
+    return {m.group(1): int(m.group(2)) for m in PORT_COUNTER.finditer(serial.command("stats"))}
+
+
+def wait_quiet(serial: Serial) -> dict:
+    """`stats json` once the request counter stopped moving: a boot-time poll that timed out on our side may
+    still be counted late by a slow TCG guest."""
+    before = stats_json(serial)
+    for _ in range(20):
+        time.sleep(1)
+        again = stats_json(serial)
+        if again["requests"] == before["requests"]:
+            return again
+        before = again
+    return before
+
+
+@pytest.mark.parametrize("backend,bios", [("dpdk", "seabios"), ("dpdk", "ovmf"), ("kernel", "seabios")])
+def test_boot_serve_console_poweroff(built_image, tmp_path, backend, bios):
+    image = built_image[backend]
+    manifest = image["manifest"]
+    dpdk = backend == "dpdk"
+    if dpdk:
+        assert manifest["nic"] == "uio" and manifest["network"] == "dpdk", manifest
+        assert manifest["modules"][:2] == ["nic uio.ko", "nic uio_pci_generic.ko"], manifest["modules"]
+        assert not any("virtio_net" in m for m in manifest["modules"]), manifest["modules"]
+    else:
+        assert manifest["nic"] == "kernel" and manifest["network"] == "kernel", manifest
+    vm = Vm(image["dir"], tmp_path, bios, f"{backend}-{bios}")
     serial = None
     try:
         times = vm.wait_boot()
+        boot_log = vm.serial_text()
+        if dpdk:
+            # PID 1 bound the NIC for DPDK and reserved its hugepages; the kernel has no eth0.
+            assert re.search(r"NIC mode uio, bound 0000:00:0[0-9a-f]\.0 to uio_pci_generic", boot_log), boot_log
+            assert "kosoku: hugepages: 64 requested, 64 reserved" in boot_log, boot_log
+            assert "kosoku: network: " not in boot_log, boot_log
         status, body = http_get(vm.port, "/")
         assert status == 200 and body == TEST_SITE_INDEX
         status, body = http_get(vm.port, "/sub/file.txt")
@@ -258,39 +336,62 @@ def test_boot_serve_console_poweroff(built_image, tmp_path, bios):
 
         serial = Serial(vm.sock)
         serial.command("", timeout=30)  # an empty LF line: echo off, fresh prompt
-        # A boot-time poll that timed out on our side may still be counted late by a slow TCG guest: start
-        # from counters that stopped moving.
-        before = stats_json(serial)
-        for _ in range(20):
-            time.sleep(1)
-            again = stats_json(serial)
-            if again["requests"] == before["requests"]:
-                break
-            before = again
-        for _ in range(3):
+        before = wait_quiet(serial)
+        ports_before = port_counters(serial)
+        requests = 3
+        for _ in range(requests):
             assert http_get(vm.port, "/")[0] == 200
         # Counters are plain per-core fields updated by the loops; allow a moment for the last response.
         deadline = time.monotonic() + 5
         while True:
             after = stats_json(serial)
-            if after["requests"] >= before["requests"] + 3 or time.monotonic() > deadline:
+            if after["requests"] >= before["requests"] + requests or time.monotonic() > deadline:
                 break
             time.sleep(0.2)
-        assert after["requests"] == before["requests"] + 3, (before, after)
-        assert after["responses"]["2xx"] == before["responses"]["2xx"] + 3, (before, after)
+        assert after["requests"] == before["requests"] + requests, (before, after)
+        assert after["responses"]["2xx"] == before["responses"]["2xx"] + requests, (before, after)
         assert sum(c["requests"] for c in after["cores"]) == after["requests"]
+        ports_after = port_counters(serial)
+        if dpdk:
+            # Every request is a TCP connection of its own through slirp: at least SYN, request, FIN (+ ACKs)
+            # in, SYN-ACK, response, FIN out. These are the port's own counters (rte_eth_stats_get).
+            for key in ("dpdk_rx_packets_total", "dpdk_tx_packets_total", "dpdk_rx_bytes_total",
+                        "dpdk_tx_bytes_total", "dpdk_link_up"):
+                assert key in ports_before and key in ports_after, ports_after
+            rx = ports_after["dpdk_rx_packets_total"] - ports_before["dpdk_rx_packets_total"]
+            tx = ports_after["dpdk_tx_packets_total"] - ports_before["dpdk_tx_packets_total"]
+            assert rx >= 3 * requests and tx >= 3 * requests, (ports_before, ports_after)
+            tx_bytes = ports_after["dpdk_tx_bytes_total"] - ports_before["dpdk_tx_bytes_total"]
+            assert tx_bytes >= requests * len(TEST_SITE_INDEX), (ports_before, ports_after)
+            assert ports_after["dpdk_link_up"] == 1 and ports_after["dpdk_rx_errors_total"] == 0, ports_after
+            times["port_packets_for_3_requests"] = {"rx": rx, "tx": tx}
+            times["port_counters_after"] = {k: ports_after[k] for k in ("dpdk_rx_packets_total",
+                                                                        "dpdk_tx_packets_total")}
+            # The same counters in the JSON the status location serves.
+            extra = stats_json(serial)["extra"]["dpdk_port"]
+            assert any(m["name"] == "dpdk_rx_packets_total" and m["value"] >= ports_after["dpdk_rx_packets_total"]
+                       for m in extra), extra
+        else:
+            assert ports_after == {}, ports_after
 
-        host_sha = hashlib.sha256(built_image["conf"].read_bytes()).hexdigest()
+        host_sha = hashlib.sha256(image["conf"].read_bytes()).hexdigest()
         config = serial.command("config")
         assert f"sha256 {host_sha}" in config, config
         assert "matches the digest flashed by make image" in config, config
-        assert "appliance-test.conf" not in config.splitlines()[0] and "/etc/kosoku.conf" in config
+        assert "appliance-test" not in config.splitlines()[0] and "/etc/kosoku.conf" in config
         assert "listen 80 default_server;" in config
 
         assert "unknown command" in serial.command("frobnicate")
-        assert "eth0 10.0.2.15/24 via 10.0.2.2" in serial.command("version")
-        assert "/dev/vda on /data (ext4, ro)" in serial.command("disk")
-        assert "kosoku/" in serial.command("log 50") and "started: 2 worker(s)" in serial.command("log 50")
+        version = serial.command("version")
+        if dpdk:
+            assert "NIC mode uio" in version, version
+            assert re.search(r"network dpdk 10\.0\.2\.15/24 via 10\.0\.2\.2 on 0000:00:0[0-9a-f]\.0 ", version), version
+            assert "/dev/vda on /data (ext4, rw)" in serial.command("disk")
+        else:
+            assert "eth0 10.0.2.15/24 via 10.0.2.2" in version and "network kernel" in version, version
+            assert "/dev/vda on /data (ext4, ro)" in serial.command("disk")
+        workers = 1 if dpdk else 2
+        assert "kosoku/" in serial.command("log 50") and f"started: {workers} worker(s)" in serial.command("log 50")
 
         if bios == "seabios" and shutil.which("wrk"):
             # The console has its own thread: it answers while the loops are busy with a load test.
@@ -310,6 +411,10 @@ def test_boot_serve_console_poweroff(built_image, tmp_path, bios):
             assert stats_json(serial)["requests"] >= after["requests"] + int(m.group(1))
             times["console_reply_under_load_max_s"] = round(max(latencies), 3)
             times["wrk_requests_per_s_via_slirp"] = float(re.search(r"Requests/sec:\s+([\d.]+)", wrk_out).group(1))
+            if dpdk:
+                loaded = port_counters(serial)
+                assert loaded["dpdk_rx_packets_total"] - ports_after["dpdk_rx_packets_total"] >= int(m.group(1)), \
+                    (ports_after, loaded)
 
         t_off = time.monotonic()
         serial.sock.sendall(b"poweroff\n")
@@ -318,7 +423,11 @@ def test_boot_serve_console_poweroff(built_image, tmp_path, bios):
         assert rc == 0, f"QEMU exited with {rc}\n{vm.diagnostics()}"
         assert "kosoku: data disk unmounted" in log, vm.diagnostics()
         times["poweroff_to_exit_s"] = round(time.monotonic() - t_off, 2)
-        record(f"boot_tcg_{bios}", times)
+        if dpdk:
+            # Mounted read-write, then cleanly unmounted: the host's fsck finds it clean without touching it.
+            fsck = subprocess.run(["e2fsck", "-n", str(image["dir"] / "data.img")], capture_output=True, text=True)
+            assert fsck.returncode == 0 and "clean" in fsck.stdout, fsck.stdout + fsck.stderr
+        record(f"boot_tcg_{backend}_{bios}", times)
     except BaseException:
         print(vm.diagnostics())
         raise
@@ -335,13 +444,11 @@ def test_fatal_error_prints_reason_then_reboots_or_halts(built_image, tmp_path, 
     conf.write_text(appliance_test_config().replace("fstype=ext4", "fstype=vfat")
                     .replace("on_fatal reboot;", f"on_fatal {on_fatal};"))
     out = tmp_path / "image"
-    p = subprocess.run([str(IMAGE / "build-image"), "--config", str(conf), "--site", str(built_image["base"] / "site"),
-                        "--out", str(out), "--kosoku", str(kosoku_bin())], cwd=REPO, capture_output=True, text=True)
-    assert p.returncode == 0, p.stdout + p.stderr
-    assert any(m.endswith(" vfat.ko") for m in json.loads((out / "manifest.json").read_text())["modules"])
+    manifest = build_image(conf, built_image["site"], out)
+    assert any(m.endswith(" vfat.ko") for m in manifest["modules"])
     vm = Vm(out, tmp_path, "seabios", f"fatal-{on_fatal}")
     try:
-        reason = "kosoku: fatal: mount /dev/vda on /data (vfat, ro): Invalid argument"
+        reason = "kosoku: fatal: mount /dev/vda on /data (vfat, rw): Invalid argument"
         deadline = time.monotonic() + BOOT_TIMEOUT
         while reason not in vm.serial_text():
             assert time.monotonic() < deadline, f"no fatal line\n{vm.diagnostics()}"
@@ -365,48 +472,20 @@ def test_fatal_error_prints_reason_then_reboots_or_halts(built_image, tmp_path, 
         vm.kill()
 
 
-def test_nic_mode_uio_binds_the_nic_for_dpdk(built_image, tmp_path):
-    """The table-driven NIC step the DPDK backend will use: uio_pci_generic via driver_override, before
-    virtio_pci loads. (The kernel-socket server then has no eth0, so only the console is checked.)"""
-    # This boot also covers a read-write data disk and hugepages.
-    conf = tmp_path / "uio.conf"
-    conf.write_text(appliance_test_config().replace("data_disk /dev/vda ro", "data_disk /dev/vda rw")
-                    .replace("console ttyS0", "hugepages 8;\n    console ttyS0"))
+def test_dpdk_config_with_kernel_nic_mode_or_no_hugepages_builds_no_image(built_image, tmp_path):
+    """`network dpdk` needs the NIC away from virtio_net and memory for EAL: build-image refuses an image that
+    could only fail at boot."""
+    conf = tmp_path / "dpdk.conf"
+    conf.write_text(appliance_test_config())
     out = tmp_path / "image"
-    p = subprocess.run([str(IMAGE / "build-image"), "--config", str(conf), "--nic", "uio", "--site",
-                        str(built_image["base"] / "site"), "--out", str(out), "--kosoku", str(kosoku_bin())],
-                       cwd=REPO, capture_output=True, text=True)
-    assert p.returncode == 0, p.stdout + p.stderr
-    modules = json.loads((out / "manifest.json").read_text())["modules"]
-    assert modules[:2] == ["nic uio.ko", "nic uio_pci_generic.ko"], modules
-    assert not any("virtio_net" in m for m in modules), modules
-    vm = Vm(out, tmp_path, "seabios", "uio")
-    serial = None
-    try:
-        deadline = time.monotonic() + BOOT_TIMEOUT
-        while "serial console" not in vm.serial_text():
-            assert time.monotonic() < deadline and vm.proc.poll() is None, vm.diagnostics()
-            time.sleep(0.2)
-        assert re.search(r"NIC mode uio, bound 0000:00:0[0-9a-f]\.0 to uio_pci_generic", vm.serial_text()), \
-            vm.diagnostics()
-        assert "kosoku: hugepages: 8 requested, 8 reserved" in vm.serial_text(), vm.diagnostics()
-        serial = Serial(vm.sock)
-        serial.command("")
-        assert "NIC mode uio" in serial.command("version")
-        assert "/dev/vda on /data (ext4, rw)" in serial.command("disk")
-        serial.sock.sendall(b"poweroff\n")
-        assert vm.proc.wait(timeout=120) == 0, vm.diagnostics()
-        assert "kosoku: data disk unmounted" in vm.serial_text(), vm.diagnostics()
-        # Cleanly unmounted: the host's fsck finds the file system clean without touching it.
-        fsck = subprocess.run(["e2fsck", "-n", str(out / "data.img")], capture_output=True, text=True)
-        assert fsck.returncode == 0 and "clean" in fsck.stdout, fsck.stdout + fsck.stderr
-    except BaseException:
-        print(vm.diagnostics())
-        raise
-    finally:
-        if serial:
-            serial.close()
-        vm.kill()
+    cmd = [str(IMAGE / "build-image"), "--config", str(conf), "--site", str(built_image["site"]), "--out", str(out),
+           "--kosoku", str(kosoku_bin()), "--no-deps"]
+    p = subprocess.run(cmd + ["--nic", "kernel"], cwd=REPO, capture_output=True, text=True)
+    assert p.returncode != 0 and "network dpdk with NIC mode kernel" in p.stderr, p.stdout + p.stderr
+    conf.write_text(appliance_test_config().replace("hugepages 64;", "hugepages 0;"))
+    p = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
+    assert p.returncode != 0 and "reserves no hugepages" in p.stderr, p.stdout + p.stderr
+    assert not out.exists()
 
 
 def test_broken_config_fails_make_image_and_leaves_no_image(tmp_path):

@@ -18,6 +18,7 @@
 
 #include "core/base/log.hh"
 #include "core/config/conf.hh"
+#include "core/config/loader.hh"
 #include "core/stats/counters.hh"
 #include "image/console.hh"
 #include "image/kmod.hh"
@@ -361,6 +362,7 @@ TEST_F(ConsoleCommands, LogVersionUptimeHelpUnknownPower) {
   EXPECT_NE(c.execute("log").find("appliance-test line one"), std::string::npos);
   EXPECT_EQ(c.execute("log x"), "usage: log [N]  (N > 0)");
   EXPECT_NE(c.execute("version").find("2 worker loops"), std::string::npos);
+  EXPECT_NE(c.execute("version").find("\nnetwork kernel (io_uring sockets)"), std::string::npos);
   EXPECT_EQ(c.execute("uptime").rfind("up ", 0), 0u);
   EXPECT_NE(c.execute("help").find("poweroff"), std::string::npos);
   EXPECT_EQ(c.execute(""), "");
@@ -385,6 +387,49 @@ TEST_F(ConsoleCommands, AddedCommandsGetTheWholeLineAndAppearInHelp) {
   EXPECT_EQ(seen, "Rules count  ");
   EXPECT_NE(c.execute("help").find("\n  rules              rules get|set|del|count ..."), std::string::npos)
       << c.execute("help");
+}
+
+TEST(NetworkLine, NamesTheBackendAddressGatewayAndBoundNic) {
+  config::NetworkConf net;
+  EXPECT_EQ(network_line(net, {}), "network kernel (io_uring sockets)");
+  net.backend = config::NetworkBackend::kDpdk;
+  net.dpdk.address = 0x0a00020f;  // 10.0.2.15, host byte order as config/network_conf.hh stores it
+  net.dpdk.prefix_len = 24;
+  net.dpdk.gateway = 0x0a000202;
+  EXPECT_EQ(network_line(net, {"0000:00:03.0"}),
+            "network dpdk 10.0.2.15/24 via 10.0.2.2 on 0000:00:03.0 (DPDK PMD, kosoku's TCP/IP stack)");
+  net.dpdk.gateway = 0;
+  net.dpdk.prefix_len = 16;
+  EXPECT_EQ(network_line(net, {}), "network dpdk 10.0.2.15/16 (DPDK PMD, kosoku's TCP/IP stack)");
+  EXPECT_EQ(network_line(net, {"0000:00:03.0", "0000:00:04.0"}),
+            "network dpdk 10.0.2.15/16 on 0000:00:03.0 0000:00:04.0 (DPDK PMD, kosoku's TCP/IP stack)");
+}
+
+// The shipped appliance configs: the default image runs DPDK on 10.0.2.15 (QEMU user-net) with hugepages and
+// one worker; conf/appliance-kernel.conf keeps the kernel backend on eth0.
+TEST(ShippedApplianceConfigs, DpdkByDefaultKernelKept) {
+  const auto repo = std::filesystem::path(__FILE__).parent_path().parent_path().parent_path();
+  config::LoadResult dpdk = config::load((repo / "conf/appliance.conf").string());
+  ASSERT_TRUE(dpdk.ok()) << dpdk.error.message;
+  EXPECT_TRUE(dpdk.warnings.empty());
+  const config::MainConf& d = *dpdk.conf;
+  EXPECT_EQ(d.network.backend, config::NetworkBackend::kDpdk);
+  EXPECT_EQ(d.worker_processes, 1);
+  EXPECT_GT(d.appliance.hugepages, 0u);
+  EXPECT_TRUE(std::find(d.network.dpdk.eal.begin(), d.network.dpdk.eal.end(), "--iova-mode=pa") !=
+              d.network.dpdk.eal.end());
+  EXPECT_TRUE(std::find(d.network.dpdk.eal.begin(), d.network.dpdk.eal.end(), "--in-memory") !=
+              d.network.dpdk.eal.end());
+  EXPECT_EQ(network_line(d.network, {}), "network dpdk 10.0.2.15/24 via 10.0.2.2 (DPDK PMD, kosoku's TCP/IP stack)");
+
+  config::LoadResult kernel = config::load((repo / "conf/appliance-kernel.conf").string());
+  ASSERT_TRUE(kernel.ok()) << kernel.error.message;
+  EXPECT_TRUE(kernel.warnings.empty());
+  const config::MainConf& k = *kernel.conf;
+  EXPECT_EQ(k.network.backend, config::NetworkBackend::kKernel);
+  EXPECT_EQ(k.appliance.address, "10.0.2.15/24");
+  EXPECT_EQ(k.appliance.gateway, "10.0.2.2");
+  EXPECT_EQ(k.appliance.interface, "eth0");
 }
 
 // The console thread over a socketpair: the same bytes a QEMU socket chardev carries.
