@@ -193,13 +193,14 @@ int main(int argc, char** argv) {
   }
   // `network dpdk` (kernel-bypass/dpdk/backend.hh): EAL and the port, once, before the workers.
   if (dpdk) {
-    std::string err;
-    if (kosoku::dpdk::start_backend(conf, &err) < 0) {
+    std::string err, note;
+    if (kosoku::dpdk::start_backend(conf, &err, &note) < 0) {
       if (pid1) appliance::fatal(err);
       std::fprintf(stderr, "kosoku: [emerg] network dpdk: %s\n", err.c_str());
       KOSOKU_LOG(kEmerg, "network dpdk: %s", err);
       return 1;
     }
+    KOSOKU_LOG(kNotice, "network dpdk: %s", note);
     // The port's counters (rte_eth_stats, queues) next to the per-core ones in `status` and the console.
     kosoku::stats::register_extra_source(
         [](kosoku::stats::Snapshot& s) { s.extra.push_back(kosoku::dpdk::backend_stats_section()); });

@@ -108,10 +108,9 @@ bool finalize_dpdk(Builder& b) {
   if (!n.dpdk.present) return b.fail(at, "\"network dpdk\" needs a \"dpdk { eal ...; address ...; }\" block");
   if (n.dpdk.eal.empty()) return b.fail(loc_of(n.dpdk.loc), "\"dpdk\" block has no \"eal\" arguments");
   if (n.dpdk.address == 0) return b.fail(loc_of(n.dpdk.loc), "\"dpdk\" block has no \"address\"");
-  if (m.worker_processes != 1) {
-    return b.fail(at, absl::StrCat("\"network dpdk\" with worker_processes ", m.worker_processes,
-                                   " is not supported yet: one worker on one port queue only (no RSS or "
-                                   "software flow steering between cores yet); set \"worker_processes 1;\""));
+  if (m.worker_processes > 128) {  // kernel-bypass/dpdk/backend.cc kMaxCores (DPDK lcores)
+    return b.fail(at, absl::StrCat("\"network dpdk\" supports at most 128 worker_processes, not ",
+                                   m.worker_processes));
   }
   for (const auto& srv : m.http.servers) {
     for (const ListenConf& l : srv->listen) {

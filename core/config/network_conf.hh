@@ -9,9 +9,17 @@
 //   }
 //
 // Limits checked at configuration time (finalize_dpdk): `network dpdk` needs a dpdk block with `eal` and
-// `address`, exactly one worker (one port queue: no RSS/flow steering across cores yet), and IPv4 listen
-// addresses that are 0.0.0.0 or the dpdk address. A dpdk block with `network kernel` is an error too (it
-// would be silently ignored otherwise).
+// `address`, and IPv4 listen addresses that are 0.0.0.0 or the dpdk address. A dpdk block with `network
+// kernel` is an error too (it would be silently ignored otherwise).
+//
+// worker_processes N: each worker is one core of the stack with its own RX/TX queue pair (as many as the
+// port has; the others get their frames and send through a core that has one) and its own TCP/IP stack.
+// With several queues and RSS, the port hashes flows with a symmetric key onto the workers; otherwise
+// (net_tap, one-queue virtio) the worker that receives a frame steers it to the worker owning its 4-tuple
+// over a lock-free ring. Outgoing connections (proxy_pass) pick source ports that land on their own worker.
+// The EAL `-l` list may stay `-l 0`: workers register as DPDK threads themselves (rte_thread_register), and
+// are pinned by worker_cpu_affinity like with the kernel backend. The error log says at start which mode
+// runs ("network dpdk: port 0 (net_tap): 2 core(s) on 2 queue pair(s), software flow steering ...").
 #pragma once
 
 #include <cstdint>

@@ -2,8 +2,11 @@
 
 #include <rte_ethdev.h>
 #include <rte_lcore.h>
+#include <rte_mbuf.h>
+#include <rte_prefetch.h>
 #include <sched.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 
@@ -19,6 +22,8 @@ namespace {
 constexpr uint64_t kArpTickMs = 100;
 
 std::unique_ptr<Port> g_port;
+std::unique_ptr<CoreMesh> g_mesh;
+std::unique_ptr<FlowSteering> g_flows;
 // Each core's stack, for the stats section (read from other threads: counters are plain fields).
 constexpr int kMaxCores = 128;
 std::atomic<CoreStack*> g_cores[kMaxCores];
@@ -39,19 +44,28 @@ tcpip::TcpConfig tcp_config(const config::MainConf& conf) {
 
 std::unique_ptr<net::Stack> make_core_stack(reactor::Reactor& reactor, stats::CoreStats& stats,
                                             const config::MainConf& conf, int core, std::string* err) {
-  if (g_port == nullptr || core < 0 || core >= g_port->queues() || core >= kMaxCores) {
+  if (g_port == nullptr || core < 0 || core >= g_port->cores() || core >= kMaxCores) {
     if (err) *err = absl::StrCat("network dpdk: no port queue for worker ", core);
     return nullptr;
   }
-  auto q = static_cast<uint16_t>(core);
-  auto s = std::make_unique<CoreStack>(reactor, stats, conf, g_port->id(), q, g_port->pool(q), g_port->mac(),
-                                       g_port->mtu());
-  return s;
+  auto c = static_cast<uint16_t>(core);
+  QueueConfig qc;
+  qc.port = g_port->id();
+  bool own = c < g_port->queue_pairs();
+  qc.rx_queue = own ? c : -1;
+  qc.tx_queue = own ? c : -1;
+  qc.tx_ring = g_mesh->tx(c);
+  qc.pool = g_port->pool(c);
+  qc.mac = g_port->mac();
+  qc.mtu = g_port->mtu();
+  qc.tx_checksum_offload = g_port->tx_checksum_offload();
+  qc.rx_checksum_offload = g_port->rx_checksum_offload();
+  return std::make_unique<CoreStack>(reactor, stats, conf, qc, *g_mesh, *g_flows, c);
 }
 
 }  // namespace
 
-int start_backend(const config::MainConf& conf, std::string* err) {
+int start_backend(const config::MainConf& conf, std::string* err, std::string* note) {
   // rte_eal_init pins the calling thread to the first lcore; the main thread only waits for signals, so its
   // original affinity is restored (the workers pin themselves).
   cpu_set_t before;
@@ -65,16 +79,32 @@ int start_backend(const config::MainConf& conf, std::string* err) {
   }
   PortConfig pc;
   pc.port_id = rte_eth_find_next_owned_by(0, RTE_ETH_DEV_NO_OWNER);
-  pc.queues = static_cast<uint16_t>(conf.worker_processes);
+  pc.cores = static_cast<uint16_t>(std::clamp(conf.worker_processes, 1, kMaxCores));
   g_port = Port::open(pc, err);
   if (g_port == nullptr) return -EINVAL;
+  g_flows = std::make_unique<FlowSteering>(pc.cores, g_port->rss_programmed() ? g_port->reta_size() : 128);
+  g_mesh = CoreMesh::create(pc.cores, g_port->queue_pairs(), err);
+  if (g_mesh == nullptr) {
+    g_port.reset();
+    return -ENOMEM;
+  }
+  if (note != nullptr) {
+    *note = absl::StrCat("port ", g_port->id(), " (", g_port->driver(), "): ", pc.cores, " core(s) on ",
+                         g_port->queue_pairs(), " queue pair(s), ",
+                         g_port->rss_programmed() ? "RSS with the symmetric key"
+                                                  : absl::StrCat("software flow steering (", g_port->rss_note(), ")"),
+                         "; checksums: TX ", g_port->tx_checksum_offload() ? "offloaded" : "software", ", RX ",
+                         g_port->rx_checksum_offload() ? "offloaded" : "software");
+  }
   net::dpdk_stack_factory() = &make_core_stack;
   return 0;
 }
 
 void stop_backend() {
   net::dpdk_stack_factory() = nullptr;
+  g_mesh.reset();  // frees the frames still in the rings (mbufs go back to the port's pools)
   g_port.reset();
+  g_flows.reset();
 }
 
 stats::ExtraSection backend_stats_section() {
@@ -88,15 +118,31 @@ stats::ExtraSection backend_stats_section() {
     const QueueStats& q = cs->queue().stats();
     const tcpip::InterfaceStats& i = cs->interface().stats();
     const tcpip::TcpStats& t = cs->tcp().stats();
+    const SteeringStats& st = cs->steering().stats();
     auto add = [&](const char* name, const char* help, uint64_t v) {
       s.metrics.push_back(stats::ExtraMetric{name, help, kCounter, l, double(v)});
     };
+    add("dpdk_queue_rx_packets_total", "Frames received on the core's RX queue", q.rx_packets);
+    add("dpdk_queue_tx_packets_total", "Frames the core's TX queue (or TX relay ring) accepted", q.tx_packets);
     add("dpdk_queue_tx_refused_total", "Frames the PMD refused (freed; TCP retransmits)", q.tx_refused);
     add("dpdk_queue_tx_no_mbuf_total", "TX frames dropped for want of an mbuf", q.tx_no_mbuf);
     add("dpdk_queue_rx_multiseg_dropped_total", "Chained RX mbufs dropped", q.rx_multiseg_dropped);
+    add("dpdk_queue_rx_l4_checksum_good_total", "TCP checksums the port verified good", q.rx_l4_checksum_good);
+    add("dpdk_queue_rx_l4_checksum_bad_total", "TCP checksums the port found bad", q.rx_l4_checksum_bad);
+    add("dpdk_queue_tx_checksum_offloaded_total", "Frames sent with checksum offload", q.tx_checksum_offloaded);
+    add("dpdk_steer_forwarded_out_total", "Frames handed to the core owning their flow", st.forwarded_out);
+    add("dpdk_steer_forwarded_in_total", "Frames other cores handed to this one", st.forwarded_in);
+    add("dpdk_steer_ring_full_drops_total", "Frames dropped: the steering ring was full", st.ring_full_drops);
+    add("dpdk_steer_arp_replicated_out_total", "ARP entries sent to the other cores", st.arp_replicated_out);
+    add("dpdk_steer_arp_replicated_in_total", "ARP entries received from other cores", st.arp_replicated_in);
+    add("dpdk_steer_tx_relayed_total", "Frames transmitted for a core without a TX queue", st.tx_relayed);
     add("dpdk_ip_fragments_dropped_total", "IPv4 fragments dropped (no reassembly)", i.ip_fragments_dropped);
     add("dpdk_arp_queue_drops_total", "Frames dropped waiting for ARP", i.arp_queue_drops);
     add("dpdk_icmp_errors_in_total", "ICMP errors received", i.icmp_errors_in);
+    add("dpdk_tcp_active_opens_total", "Connections opened by connect()", t.active_opens);
+    add("dpdk_tcp_passive_opens_total", "Connections opened by a SYN to a listener", t.passive_opens);
+    add("dpdk_tcp_ephemeral_not_local_total", "Source ports skipped: their flow belongs to another core",
+        t.ephemeral_not_local);
     add("dpdk_tcp_retransmits_total", "TCP segments retransmitted", t.retransmits);
     add("dpdk_tcp_bad_checksum_total", "TCP segments with a bad checksum", t.bad_checksum);
     add("dpdk_tcp_resets_out_total", "TCP RSTs sent", t.rst_out);
@@ -105,18 +151,21 @@ stats::ExtraSection backend_stats_section() {
 }
 
 CoreStack::CoreStack(reactor::Reactor& reactor, stats::CoreStats& stats, const config::MainConf& conf,
-                     uint16_t port, uint16_t queue, rte_mempool* pool, const tcpip::MacAddr& mac, uint16_t mtu)
+                     const QueueConfig& queue, const CoreMesh& mesh, const FlowSteering& flows, uint16_t core)
     : reactor_(reactor),
-      queue_(port, queue, pool, mac, mtu),
+      queue_(queue),
+      steer_(mesh, flows, core),
       ip_(queue_, interface_config(conf.network.dpdk)),
       tcp_(ip_, reactor.timers(), *this, stats, tcp_config(conf)) {
   // One lcore per worker: a registered non-EAL thread gets an lcore id, hence its own mempool cache.
   registered_ = rte_thread_register() == 0;
+  ip_.set_arp_listener(&steer_);
+  tcp_.set_flow_owner(&steer_);
   reactor_.add_poller(this);
   reactor_.timers().arm(*this, reactor_.now_ms() + kArpTickMs);
-  ip_.announce();  // gratuitous ARP (RFC 5227 §3)
+  if (core == 0) ip_.announce();  // gratuitous ARP (RFC 5227 §3), once per port
   queue_.flush();
-  if (queue < kMaxCores) g_cores[queue].store(this, std::memory_order_release);
+  if (core < kMaxCores) g_cores[core].store(this, std::memory_order_release);
 }
 
 CoreStack::~CoreStack() {
@@ -133,12 +182,23 @@ uint64_t CoreStack::now_us() const { return reactor_.now_ns() / 1000; }
 
 bool CoreStack::poll() {
   queue_.flush();  // frames from timers and tasks of the previous iteration
+  uint64_t now = reactor_.now_ms();
   // Up to 4 bursts per iteration, so disk completions and timers keep their turn under load.
-  for (int i = 0; i < 4 && queue_.receive(ip_, reactor_.now_ms()) == Queue::kBurst; ++i) {
-    tcp_.reap();
-    queue_.flush();
+  rte_mbuf* rx[Queue::kBurst];
+  for (int b = 0; b < 4; ++b) {
+    unsigned n = queue_.rx_burst(rx);
+    for (unsigned i = 0; i < n; ++i) {
+      if (i + 1 < n) rte_prefetch0(rte_pktmbuf_mtod(rx[i + 1], void*));
+      if (!steer_.dispatch(rx[i])) queue_.deliver(ip_, rx[i], now);
+    }
+    steer_.flush();
+    if (n > 0) {
+      tcp_.reap();
+      queue_.flush();
+    }
+    if (n < Queue::kBurst) break;
   }
-  tcp_.reap();
+  if (steer_.drain(queue_, ip_, now) > 0) tcp_.reap();
   queue_.flush();
   return true;  // busy-poll: the loop must not sleep in DPDK mode
 }

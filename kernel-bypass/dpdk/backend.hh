@@ -1,13 +1,19 @@
 // The DPDK network backend (`network dpdk`, config/network_conf.hh): what main() starts once before the
 // workers, and the per-core stack each worker gets through net::dpdk_stack_factory() (core/net/stack_factory.hh).
 //
-// Per core: a Queue (queue.hh) on the port's queue pair `core`, an Interface (IPv4/ARP/ICMP) with the dpdk
-// block's address, and a TcpStack (tcpip/tcp_stack.hh) on the core's TimerWheel. CoreStack is the worker's
-// net::Stack (it forwards to the TcpStack) and its reactor::Poller: every loop iteration it flushes TX frames
-// queued since the last poll (timers, resumed requests), takes one RX burst into the Interface, frees finished
-// connections (TcpStack::reap), and flushes TX again. poll() always returns true: the loop busy-polls in DPDK
-// mode (it never sleeps in io_uring_submit_and_wait_timeout). ARP aging runs on a 100 ms timer; a gratuitous
-// ARP is sent when the core starts.
+// Every worker (worker_processes N) is one core of the stack: worker i gets the port's queue pair i (if the
+// port has that many; port.hh), its own mempool, an Interface (IPv4/ARP/ICMP) with the dpdk block's address,
+// a TcpStack (tcpip/tcp_stack.hh) listening on the same ports as every other core, and a CoreSteering
+// (steering.hh): each TCP/IPv4 4-tuple belongs to exactly one core (FlowSteering over the symmetric Toeplitz
+// hash, flow_hash.hh); with RSS programmed the NIC delivers it there, otherwise the core that received it
+// forwards it over an SPSC ring. connect() only uses source ports whose flow this core owns. ARP entries
+// learned on one core are replicated to the others; only core 0 sends the gratuitous ARP at start.
+//
+// CoreStack is the worker's net::Stack (it forwards to the TcpStack) and its reactor::Poller: every loop
+// iteration it flushes TX frames queued since the last poll (timers, resumed requests), takes up to 4 RX
+// bursts (steering each frame), drains the rings from the other cores, frees finished connections
+// (TcpStack::reap), and flushes TX again. poll() always returns true: the loop busy-polls in DPDK mode (it
+// never sleeps in io_uring_submit_and_wait_timeout). ARP aging runs on a 100 ms timer.
 #pragma once
 
 #include <memory>
@@ -18,25 +24,28 @@
 #include "core/reactor/reactor.hh"
 #include "core/stats/export.hh"
 #include "kernel-bypass/dpdk/queue.hh"
+#include "kernel-bypass/dpdk/steering.hh"
 #include "kernel-bypass/tcpip/tcp_stack.hh"
 
 namespace kosoku::dpdk {
 
-/// Once per process, before the workers start: rte_eal_init with the dpdk block's `eal` arguments, open port 0
-/// with worker_processes queue pairs (port.hh), install the per-core stack factory. Returns 0 or -errno with
-/// *err ("rte_eal_init failed: ...", "no DPDK port: ...", "port 0: ...").
-int start_backend(const config::MainConf& conf, std::string* err);
+/// Once per process, before the workers start: rte_eal_init with the dpdk block's `eal` arguments, open the
+/// first port for worker_processes cores (port.hh), create the steering rings (steering.hh), install the
+/// per-core stack factory. Returns 0 or -errno with *err ("rte_eal_init failed: ...", "no DPDK port: ...",
+/// "port 0: ..."). *note describes the steering in use, for the error log ("2 cores on 2 queue pairs, RSS
+/// ... / software steering: ...; checksums: offloaded|software").
+int start_backend(const config::MainConf& conf, std::string* err, std::string* note = nullptr);
 /// After the workers have stopped: stops and closes the port. Safe to call when not started.
 void stop_backend();
-/// Port counters (Port::stats_section) plus each core's queue and interface counters ("dpdk_queue" metrics in
-/// the same section); empty section if the backend is not started.
+/// Port counters (Port::stats_section) plus each core's queue, steering, interface and TCP counters (label
+/// core="C", same section); empty section if the backend is not started.
 stats::ExtraSection backend_stats_section();
 
 /// One core's DPDK-backed stack (see the header comment). Created on the core's thread.
 class CoreStack final : public net::Stack, public reactor::Poller, public reactor::Timer, public tcpip::Clock {
  public:
-  CoreStack(reactor::Reactor& reactor, stats::CoreStats& stats, const config::MainConf& conf, uint16_t port,
-            uint16_t queue, rte_mempool* pool, const tcpip::MacAddr& mac, uint16_t mtu);
+  CoreStack(reactor::Reactor& reactor, stats::CoreStats& stats, const config::MainConf& conf,
+            const QueueConfig& queue, const CoreMesh& mesh, const FlowSteering& flows, uint16_t core);
   ~CoreStack() override;
 
   // net::Stack (forwarded to the TcpStack)
@@ -59,10 +68,12 @@ class CoreStack final : public net::Stack, public reactor::Poller, public reacto
   const Queue& queue() const { return queue_; }
   const tcpip::Interface& interface() const { return ip_; }
   const tcpip::TcpStack& tcp() const { return tcp_; }
+  const CoreSteering& steering() const { return steer_; }
 
  private:
   reactor::Reactor& reactor_;
   Queue queue_;
+  CoreSteering steer_;
   tcpip::Interface ip_;
   tcpip::TcpStack tcp_;
   bool registered_ = false;  // rte_thread_register() succeeded (the thread has an lcore id)

@@ -5,7 +5,10 @@
 #include <rte_mbuf.h>
 #include <rte_mempool.h>
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
+#include "kernel-bypass/dpdk/flow_hash.hh"
 
 namespace kosoku::dpdk {
 
@@ -19,26 +22,31 @@ std::unique_ptr<Port> Port::open(const PortConfig& conf, std::string* err) {
     return nullptr;
   };
   if (!rte_eth_dev_is_valid_port(conf.port_id)) return fail("no such port (check the dpdk eal --vdev/-a list)");
-  if (conf.queues == 0) return fail("0 queues requested");
+  if (conf.cores == 0) return fail("0 cores requested");
   rte_eth_dev_info info{};
   if (int rc = rte_eth_dev_info_get(conf.port_id, &info); rc != 0) return fail("rte_eth_dev_info_get: " + rc_text(rc));
   std::unique_ptr<Port> p(new Port(conf));
   p->driver_ = info.driver_name != nullptr ? info.driver_name : "";
-  p->offers_rss_ = info.flow_type_rss_offloads != 0;
-  const uint64_t csum = RTE_ETH_TX_OFFLOAD_IPV4_CKSUM | RTE_ETH_TX_OFFLOAD_TCP_CKSUM;
-  p->offers_tx_csum_ = (info.tx_offload_capa & csum) == csum;
-  if (conf.queues > info.max_rx_queues || conf.queues > info.max_tx_queues ||
-      (conf.queues > 1 && !p->offers_rss_)) {
-    return fail(absl::StrCat(conf.queues, " queue pairs requested, the port (", p->driver_, ") supports ",
-                             info.max_rx_queues, " RX / ", info.max_tx_queues, " TX",
-                             p->offers_rss_ ? "" : " (no RSS)"));
-  }
+  p->pairs_ = std::max<uint16_t>(1, std::min({conf.cores, info.max_rx_queues, info.max_tx_queues}));
+  constexpr uint64_t kRssTypes = RTE_ETH_RSS_IPV4 | RTE_ETH_RSS_NONFRAG_IPV4_TCP;
+  p->offers_rss_ = (info.flow_type_rss_offloads & RTE_ETH_RSS_NONFRAG_IPV4_TCP) != 0;
+  const uint64_t tx_csum = RTE_ETH_TX_OFFLOAD_IPV4_CKSUM | RTE_ETH_TX_OFFLOAD_TCP_CKSUM;
+  const uint64_t rx_csum = RTE_ETH_RX_OFFLOAD_IPV4_CKSUM | RTE_ETH_RX_OFFLOAD_TCP_CKSUM;
+  p->offers_tx_csum_ = (info.tx_offload_capa & tx_csum) == tx_csum;
+  p->tx_csum_ = conf.checksum_offload && p->offers_tx_csum_;
+  p->rx_csum_ = conf.checksum_offload && (info.rx_offload_capa & rx_csum) == rx_csum;
   rte_eth_conf ec{};
-  if (conf.queues > 1) {
+  std::vector<uint8_t> key;
+  if (p->pairs_ > 1 && p->offers_rss_) {
+    key = symmetric_rss_key(info.hash_key_size > 0 ? info.hash_key_size : 40);
     ec.rxmode.mq_mode = RTE_ETH_MQ_RX_RSS;
-    ec.rx_adv_conf.rss_conf.rss_hf = (RTE_ETH_RSS_IPV4 | RTE_ETH_RSS_NONFRAG_IPV4_TCP) & info.flow_type_rss_offloads;
+    ec.rx_adv_conf.rss_conf.rss_key = key.data();
+    ec.rx_adv_conf.rss_conf.rss_key_len = static_cast<uint8_t>(key.size());
+    ec.rx_adv_conf.rss_conf.rss_hf = kRssTypes & info.flow_type_rss_offloads;
   }
-  if (int rc = rte_eth_dev_configure(conf.port_id, conf.queues, conf.queues, &ec); rc != 0) {
+  if (p->tx_csum_) ec.txmode.offloads = tx_csum;
+  if (p->rx_csum_) ec.rxmode.offloads = rx_csum;
+  if (int rc = rte_eth_dev_configure(conf.port_id, p->pairs_, p->pairs_, &ec); rc != 0) {
     return fail("rte_eth_dev_configure: " + rc_text(rc));
   }
   uint16_t rxd = conf.rx_descriptors, txd = conf.tx_descriptors;
@@ -47,28 +55,91 @@ std::unique_ptr<Port> Port::open(const PortConfig& conf, std::string* err) {
   }
   int socket = rte_eth_dev_socket_id(conf.port_id);
   if (socket < 0) socket = SOCKET_ID_ANY;
-  for (uint16_t q = 0; q < conf.queues; ++q) {
-    std::string name = absl::StrCat("kosoku_p", conf.port_id, "q", q);
-    rte_mempool* mp = rte_pktmbuf_pool_create(name.c_str(), conf.mbufs_per_queue, conf.mbuf_cache, 0,
+  for (uint16_t c = 0; c < conf.cores; ++c) {
+    std::string name = absl::StrCat("kosoku_p", conf.port_id, "c", c);
+    rte_mempool* mp = rte_pktmbuf_pool_create(name.c_str(), conf.mbufs_per_core, conf.mbuf_cache, 0,
                                               RTE_MBUF_DEFAULT_BUF_SIZE, socket);
-    if (mp == nullptr) return fail(absl::StrCat("rte_pktmbuf_pool_create(", name, "): ", rte_strerror(rte_errno)));
+    if (mp == nullptr) {
+      return fail(absl::StrCat("rte_pktmbuf_pool_create(", name, "): ", rte_strerror(rte_errno), " (each core needs ",
+                               (uint64_t{conf.mbufs_per_core} * (RTE_MBUF_DEFAULT_BUF_SIZE + 192)) >> 20,
+                               " MiB of DPDK memory: raise the eal -m MB or the hugepages)"));
+    }
     p->pools_.push_back(mp);
-    if (int rc = rte_eth_rx_queue_setup(conf.port_id, q, rxd, static_cast<unsigned>(socket), nullptr, mp); rc != 0) {
+  }
+  rte_eth_rxconf rxc = info.default_rxconf;
+  rxc.offloads = ec.rxmode.offloads;
+  rte_eth_txconf txc = info.default_txconf;
+  txc.offloads = ec.txmode.offloads;
+  for (uint16_t q = 0; q < p->pairs_; ++q) {
+    if (int rc = rte_eth_rx_queue_setup(conf.port_id, q, rxd, static_cast<unsigned>(socket), &rxc, p->pools_[q]);
+        rc != 0) {
       return fail(absl::StrCat("rte_eth_rx_queue_setup(", q, "): ", rc_text(rc)));
     }
-    if (int rc = rte_eth_tx_queue_setup(conf.port_id, q, txd, static_cast<unsigned>(socket), nullptr); rc != 0) {
+    if (int rc = rte_eth_tx_queue_setup(conf.port_id, q, txd, static_cast<unsigned>(socket), &txc); rc != 0) {
       return fail(absl::StrCat("rte_eth_tx_queue_setup(", q, "): ", rc_text(rc)));
     }
   }
   if (int rc = rte_eth_dev_start(conf.port_id); rc != 0) return fail("rte_eth_dev_start: " + rc_text(rc));
   p->started_ = true;
+  p->reta_size_ = info.reta_size;
+  if (p->pairs_ == 1) {
+    p->rss_note_ = conf.cores == 1 ? "one core" : "one queue pair";
+  } else if (!p->offers_rss_) {
+    p->rss_note_ = "the port does not hash IPv4/TCP";
+  } else {
+    p->rss_programmed_ = p->program_rss(&p->rss_note_);
+  }
   if (conf.promiscuous) rte_eth_promiscuous_enable(conf.port_id);  // not all PMDs support it: not fatal
   rte_ether_addr a{};
   if (int rc = rte_eth_macaddr_get(conf.port_id, &a); rc != 0) return fail("rte_eth_macaddr_get: " + rc_text(rc));
   for (int i = 0; i < 6; ++i) p->mac_.bytes[i] = a.addr_bytes[i];
   uint16_t mtu = 0;
   if (rte_eth_dev_get_mtu(conf.port_id, &mtu) == 0 && mtu >= 576) p->mtu_ = std::min<uint16_t>(mtu, 1500);
+  int nx = rte_eth_xstats_get_names(conf.port_id, nullptr, 0);
+  if (nx > 0) {
+    std::vector<rte_eth_xstat_name> names(static_cast<size_t>(nx));
+    nx = rte_eth_xstats_get_names(conf.port_id, names.data(), static_cast<unsigned>(nx));
+    for (int i = 0; i < nx; ++i) p->xstat_names_.emplace_back(names[static_cast<size_t>(i)].name);
+  }
   return p;
+}
+
+bool Port::program_rss(std::string* why) {
+  if (reta_size_ == 0) {
+    *why = "the port has no RSS redirection table";
+    return false;
+  }
+  if (reta_size_ % RTE_ETH_RETA_GROUP_SIZE != 0) {
+    *why = absl::StrCat("RETA size ", reta_size_, " is not a multiple of ", RTE_ETH_RETA_GROUP_SIZE);
+    return false;
+  }
+  // The NIC indexes the table with the hash's low bits; FlowSteering uses hash mod reta_size, the same.
+  FlowSteering flows(conf_.cores, reta_size_);
+  std::vector<rte_eth_rss_reta_entry64> reta(reta_size_ / RTE_ETH_RETA_GROUP_SIZE);
+  for (uint32_t i = 0; i < reta_size_; ++i) {
+    rte_eth_rss_reta_entry64& g = reta[i / RTE_ETH_RETA_GROUP_SIZE];
+    g.mask |= uint64_t{1} << (i % RTE_ETH_RETA_GROUP_SIZE);
+    g.reta[i % RTE_ETH_RETA_GROUP_SIZE] = static_cast<uint16_t>(flows.reta_entry(i) % pairs_);
+  }
+  if (int rc = rte_eth_dev_rss_reta_update(conf_.port_id, reta.data(), static_cast<uint16_t>(reta_size_)); rc != 0) {
+    *why = "rte_eth_dev_rss_reta_update: " + rc_text(rc);
+    return false;
+  }
+  // Check that the PMD kept the symmetric key (some ignore rss_key at configure time).
+  std::vector<uint8_t> key(64);
+  rte_eth_rss_conf rc{};
+  rc.rss_key = key.data();
+  rc.rss_key_len = static_cast<uint8_t>(key.size());
+  if (rte_eth_dev_rss_hash_conf_get(conf_.port_id, &rc) != 0 || rc.rss_key_len < 16) {
+    *why = "the RSS key cannot be read back";
+    return false;
+  }
+  std::vector<uint8_t> want = symmetric_rss_key(rc.rss_key_len);
+  if (!std::equal(want.begin(), want.end(), key.begin())) {
+    *why = "the port did not take the symmetric RSS key";
+    return false;
+  }
+  return true;
 }
 
 Port::~Port() {
@@ -105,9 +176,27 @@ stats::ExtraSection Port::stats_section() const {
   if (rte_eth_link_get_nowait(conf_.port_id, &link) == 0) {
     add("dpdk_link_up", "1 if the port's link is up", kGauge, link.link_status ? 1 : 0, {{"port", port}});
   }
-  for (size_t q = 0; q < pools_.size(); ++q) {
-    add("dpdk_mempool_available", "Free mbufs in the queue's mempool", kGauge,
-        double(rte_mempool_avail_count(pools_[q])), {{"port", port}, {"queue", absl::StrCat(q)}});
+  for (size_t c = 0; c < pools_.size(); ++c) {
+    add("dpdk_mempool_available", "Free mbufs in the core's mempool", kGauge,
+        double(rte_mempool_avail_count(pools_[c])), {{"port", port}, {"core", absl::StrCat(c)}});
+  }
+  add("dpdk_queue_pairs", "RX/TX queue pairs in use (one per core up to the port's limit)", kGauge, pairs_,
+      {{"port", port}});
+  add("dpdk_rss_programmed", "1 if RSS runs with the symmetric key and kosoku's RETA (else software steering)",
+      kGauge, rss_programmed_ ? 1 : 0, {{"port", port}});
+  add("dpdk_tx_checksum_offload", "1 if the port computes IPv4/TCP checksums on TX, 0 if software", kGauge,
+      tx_csum_ ? 1 : 0, {{"port", port}});
+  add("dpdk_rx_checksum_offload", "1 if the port verifies IPv4/TCP checksums on RX, 0 if software", kGauge,
+      rx_csum_ ? 1 : 0, {{"port", port}});
+  if (!xstat_names_.empty()) {
+    std::vector<rte_eth_xstat> xs(xstat_names_.size());
+    int n = rte_eth_xstats_get(conf_.port_id, xs.data(), static_cast<unsigned>(xs.size()));
+    for (int i = 0; i < n && static_cast<size_t>(i) < xs.size(); ++i) {
+      if (xs[static_cast<size_t>(i)].id >= xstat_names_.size()) continue;
+      add("dpdk_xstat_total", "Extended port statistic (rte_eth_xstats_get), by name", kCounter,
+          double(xs[static_cast<size_t>(i)].value),
+          {{"port", port}, {"name", xstat_names_[xs[static_cast<size_t>(i)].id]}});
+    }
   }
   return s;
 }

@@ -1,13 +1,18 @@
 // One DPDK ethdev port, configured once by main() before the workers start (not thread-safe; the per-core
-// RX/TX work happens in queue.hh on the owning core). Each queue pair gets its own mempool, created on the
-// port's NUMA socket, so a core only ever allocates and frees mbufs from its own pool (shared-nothing).
+// RX/TX work happens in queue.hh on the owning core). Each worker core gets its own mempool, created on the
+// port's NUMA socket, so a core only ever allocates mbufs from its own pool (shared-nothing; an mbuf another
+// core frees goes back to its pool through the pool's multi-consumer ring).
 //
-// Queues: `queues` RX/TX pairs if the port supports that many and offers RSS (then RSS over IPv4/TCP is
-// enabled); else open() fails with a message naming the port's limits. The configuration layer currently
-// allows one worker (config/network_conf.hh), so one pair is what runs today.
-// Checksums: kosoku's stack computes IPv4/TCP/ICMP checksums in software and verifies received ones in
-// software; no checksum, TSO or LRO offload is requested from the port (tx_offloads = rx_offloads = 0).
-// The offloads the port offers are reported (offers_*) so the stats page can show them.
+// Queues: min(cores, max RX queues, max TX queues) RX/TX pairs; pair i belongs to core i. Cores beyond that
+// have no queue: the steering layer (steering.hh) hands them their frames and relays their TX.
+// RSS: with more than one pair and a port that hashes IPv4/TCP, RSS is enabled with the symmetric Toeplitz
+// key (flow_hash.hh) and the redirection table is programmed entry i = i mod pairs, so the NIC delivers each
+// flow, both directions, to the queue of the core FlowSteering names. If the PMD refuses the key or the
+// table (net_tap, whose kernel side picks queues by its own hash), rss_programmed() is false and software
+// steering forwards what arrives on the wrong core; correctness never depends on the NIC's hash.
+// Checksums: when the port offers IPv4+TCP TX checksum offload it is enabled (queue.hh marks the mbufs), and
+// likewise RX IPv4+TCP checksum verification; otherwise the stack computes and verifies them in software.
+// Which is in use is reported in the stats (dpdk_tx_checksum_offload / dpdk_rx_checksum_offload).
 #pragma once
 
 #include <cstdint>
@@ -24,42 +29,57 @@ namespace kosoku::dpdk {
 
 struct PortConfig {
   uint16_t port_id = 0;
-  uint16_t queues = 1;              // RX/TX queue pairs = worker loops
+  uint16_t cores = 1;               // worker loops (one queue pair each, if the port has enough)
   uint16_t rx_descriptors = 1024;   // per queue (rounded by the PMD to its limits)
   uint16_t tx_descriptors = 1024;
-  uint32_t mbufs_per_queue = 8191;  // mempool size per queue pair (2^n - 1 is optimal for the ring)
+  uint32_t mbufs_per_core = 8191;   // mempool size per core (2^n - 1 is optimal for the ring)
   uint32_t mbuf_cache = 256;        // per-lcore mempool cache
   bool promiscuous = true;          // tap/virtio may filter unicast otherwise
+  bool checksum_offload = true;     // use the port's IPv4/TCP checksum offloads when it offers them
 };
 
 class Port {
  public:
   /// Configures and starts the port (rte_eth_dev_configure, per-queue rte_pktmbuf_pool_create, queue setup,
-  /// rte_eth_dev_start, promiscuous mode). EAL must be initialised. nullptr with *err on failure, e.g.
-  /// "port 0: 2 queue pairs requested, the port supports 1 RX / 1 TX (no RSS)".
+  /// rte_eth_dev_start, promiscuous mode, RSS redirection table). EAL must be initialised. nullptr with *err
+  /// on failure, e.g. "port 0: rte_eth_dev_configure: -22 (Invalid argument)".
   static std::unique_ptr<Port> open(const PortConfig& conf, std::string* err);
   ~Port();  // stops and closes the port; mempools are freed
   Port(const Port&) = delete;
   Port& operator=(const Port&) = delete;
 
   uint16_t id() const { return conf_.port_id; }
-  uint16_t queues() const { return conf_.queues; }
-  rte_mempool* pool(uint16_t queue) const { return pools_[queue]; }
+  uint16_t cores() const { return conf_.cores; }
+  /// RX/TX queue pairs (≤ cores); core c < queue_pairs() owns pair c.
+  uint16_t queue_pairs() const { return pairs_; }
+  rte_mempool* pool(uint16_t core) const { return pools_[core]; }
   tcpip::MacAddr mac() const { return mac_; }
   /// IPv4 MTU in bytes (rte_eth_dev_get_mtu, 1500 if the PMD does not say).
   uint16_t mtu() const { return mtu_; }
   const std::string& driver() const { return driver_; }
   bool offers_ipv4_tcp_tx_checksum() const { return offers_tx_csum_; }
   bool offers_rss() const { return offers_rss_; }
+  /// RSS with the symmetric key and kosoku's redirection table is active on the port.
+  bool rss_programmed() const { return rss_programmed_; }
+  /// Why RSS is not programmed ("one queue pair", "rte_eth_dev_rss_reta_update: -95 ..."), empty if it is.
+  const std::string& rss_note() const { return rss_note_; }
+  /// The port's RETA size (entries), 0 if it has none.
+  uint32_t reta_size() const { return reta_size_; }
+  bool tx_checksum_offload() const { return tx_csum_; }
+  bool rx_checksum_offload() const { return rx_csum_; }
 
   /// rte_eth_stats_get as a stats section "dpdk_port" (labels port="N"): dpdk_rx_packets_total,
   /// dpdk_tx_packets_total, dpdk_rx_bytes_total, dpdk_tx_bytes_total, dpdk_rx_missed_total,
   /// dpdk_rx_errors_total, dpdk_tx_errors_total, dpdk_rx_nombuf_total, and the gauges dpdk_mempool_available
-  /// (free mbufs, label queue="Q") and dpdk_link_up. Any thread (the PMD's counters may be a few µs stale).
+  /// (free mbufs, label core="C"), dpdk_link_up, dpdk_queue_pairs, dpdk_rss_programmed, dpdk_tx_checksum_offload,
+  /// dpdk_rx_checksum_offload (1 = the port does it, 0 = software), and every extended statistic of the PMD
+  /// as dpdk_xstat_total{name="..."} (rte_eth_xstats_get). Any thread (the PMD's counters may be a few µs
+  /// stale).
   stats::ExtraSection stats_section() const;
 
  private:
   explicit Port(const PortConfig& conf) : conf_(conf) {}
+  bool program_rss(std::string* why);
 
   PortConfig conf_;
   std::vector<rte_mempool*> pools_;
@@ -68,6 +88,12 @@ class Port {
   std::string driver_;
   bool offers_tx_csum_ = false;
   bool offers_rss_ = false;
+  bool rss_programmed_ = false;
+  std::string rss_note_;
+  bool tx_csum_ = false, rx_csum_ = false;
+  uint16_t pairs_ = 1;
+  uint32_t reta_size_ = 0;
+  std::vector<std::string> xstat_names_;
   bool started_ = false;
 };
 

@@ -2,43 +2,53 @@
 
 #include <rte_ethdev.h>
 #include <rte_mbuf.h>
+#include <rte_ring.h>
 
 namespace kosoku::dpdk {
 
-Queue::Queue(uint16_t port, uint16_t queue, rte_mempool* pool, const tcpip::MacAddr& mac, uint16_t mtu)
-    : port_(port), queue_(queue), pool_(pool), mac_(mac), mtu_(mtu) {}
+Queue::Queue(const QueueConfig& conf) : conf_(conf) {}
 
 Queue::~Queue() {
   if (building_ != nullptr) rte_pktmbuf_free(building_);
   for (unsigned i = 0; i < tx_count_; ++i) rte_pktmbuf_free(tx_[i]);
 }
 
-unsigned Queue::receive(tcpip::Interface& ifc, uint64_t now_ms) {
-  rte_mbuf* rx[kBurst];
-  uint16_t n = rte_eth_rx_burst(port_, queue_, rx, kBurst);
+unsigned Queue::rx_burst(rte_mbuf** out) {
+  if (conf_.rx_queue < 0) return 0;
+  uint16_t n = rte_eth_rx_burst(conf_.port, static_cast<uint16_t>(conf_.rx_queue), out, kBurst);
   if (n == 0) return 0;
   ++stats_.rx_bursts;
   stats_.rx_packets += n;
-  for (uint16_t i = 0; i < n; ++i) {
-    if (i + 1 < n) rte_prefetch0(rte_pktmbuf_mtod(rx[i + 1], void*));
-    rte_mbuf* m = rx[i];
-    if (m->nb_segs != 1) {
-      ++stats_.rx_multiseg_dropped;
-    } else {
-      ifc.receive_frame(std::span<const uint8_t>(rte_pktmbuf_mtod(m, const uint8_t*), m->data_len), now_ms);
-    }
-    rte_pktmbuf_free(m);
-  }
   return n;
 }
 
+void Queue::deliver(tcpip::Interface& ifc, rte_mbuf* m, uint64_t now_ms) {
+  if (m->nb_segs != 1) {
+    ++stats_.rx_multiseg_dropped;
+  } else {
+    tcpip::RxChecksum l4 = tcpip::RxChecksum::kUnknown;
+    if (conf_.rx_checksum_offload) {
+      uint64_t f = m->ol_flags & RTE_MBUF_F_RX_L4_CKSUM_MASK;
+      if (f == RTE_MBUF_F_RX_L4_CKSUM_GOOD) {
+        l4 = tcpip::RxChecksum::kGood;
+        ++stats_.rx_l4_checksum_good;
+      } else if (f == RTE_MBUF_F_RX_L4_CKSUM_BAD) {
+        l4 = tcpip::RxChecksum::kBad;
+        ++stats_.rx_l4_checksum_bad;
+      }
+    }
+    ifc.receive_frame(std::span<const uint8_t>(rte_pktmbuf_mtod(m, const uint8_t*), m->data_len), now_ms, l4);
+  }
+  rte_pktmbuf_free(m);
+}
+
 std::span<uint8_t> Queue::frame_begin(size_t max_len) {
-  if (max_len > size_t{mtu_} + 14) {
+  if (max_len > size_t{conf_.mtu} + 14) {
     ++stats_.tx_too_long;
     return {};
   }
   if (building_ == nullptr) {
-    building_ = rte_pktmbuf_alloc(pool_);
+    building_ = rte_pktmbuf_alloc(conf_.pool);
     if (building_ == nullptr) {
       ++stats_.tx_no_mbuf;
       return {};
@@ -51,19 +61,39 @@ std::span<uint8_t> Queue::frame_begin(size_t max_len) {
   return std::span<uint8_t>(rte_pktmbuf_mtod(building_, uint8_t*), max_len);
 }
 
+void Queue::mark_offloads(rte_mbuf* m) {
+  const uint8_t* f = rte_pktmbuf_mtod(m, const uint8_t*);
+  if (m->data_len < 34 || f[12] != 0x08 || f[13] != 0x00) return;  // not IPv4
+  m->l2_len = 14;
+  m->l3_len = (f[14] & 0x0fu) * 4;
+  m->ol_flags |= RTE_MBUF_F_TX_IPV4 | RTE_MBUF_F_TX_IP_CKSUM;
+  if (f[23] == 6) m->ol_flags |= RTE_MBUF_F_TX_TCP_CKSUM;
+  ++stats_.tx_checksum_offloaded;
+}
+
 void Queue::frame_send(size_t len) {
   rte_mbuf* m = building_;
   if (m == nullptr) return;
   building_ = nullptr;
   m->data_len = static_cast<uint16_t>(len);
   m->pkt_len = static_cast<uint32_t>(len);
+  if (conf_.tx_checksum_offload) mark_offloads(m);
+  send_mbuf(m);
+}
+
+void Queue::send_mbuf(rte_mbuf* m) {
   tx_[tx_count_++] = m;
   if (tx_count_ == kBurst) flush();
 }
 
 unsigned Queue::flush() {
   if (tx_count_ == 0) return 0;
-  uint16_t sent = rte_eth_tx_burst(port_, queue_, tx_, static_cast<uint16_t>(tx_count_));
+  unsigned sent;
+  if (conf_.tx_queue >= 0) {
+    sent = rte_eth_tx_burst(conf_.port, static_cast<uint16_t>(conf_.tx_queue), tx_, static_cast<uint16_t>(tx_count_));
+  } else {
+    sent = rte_ring_sp_enqueue_burst(conf_.tx_ring, reinterpret_cast<void* const*>(tx_), tx_count_, nullptr);
+  }
   ++stats_.tx_bursts;
   stats_.tx_packets += sent;
   if (sent < tx_count_) {

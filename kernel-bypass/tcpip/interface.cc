@@ -4,6 +4,7 @@
 
 #include "kernel-bypass/tcpip/byte_order.hh"
 #include "kernel-bypass/tcpip/checksum.hh"
+#include "kernel-bypass/tcpip/tcp_segment.hh"
 
 namespace kosoku::tcpip {
 
@@ -33,7 +34,7 @@ bool Interface::transmit(std::span<const uint8_t> frame) {
   return true;
 }
 
-void Interface::receive_frame(std::span<const uint8_t> frame, uint64_t now_ms) {
+void Interface::receive_frame(std::span<const uint8_t> frame, uint64_t now_ms, RxChecksum l4_checksum) {
   ++stats_.rx_frames;
   auto eth = EthernetHeader::read(frame);
   if (!eth) {
@@ -50,7 +51,7 @@ void Interface::receive_frame(std::span<const uint8_t> frame, uint64_t now_ms) {
       on_arp(*eth, payload, now_ms);
       break;
     case kEtherTypeIpv4:
-      on_ipv4(payload, now_ms);
+      on_ipv4(payload, now_ms, l4_checksum);
       break;
     default:
       ++stats_.rx_unknown_ethertype;
@@ -82,17 +83,33 @@ void Interface::on_arp(const EthernetHeader& eth, std::span<const uint8_t> p, ui
   bool for_us = a->target_ip == conf_.address;
   // RFC 826 "Packet Reception": merge the sender into the table if it is known, or if we are the target.
   if (a->sender_ip.value != 0 && (for_us || arp_.contains(a->sender_ip))) {
-    for (std::vector<uint8_t>& f : arp_.update(a->sender_ip, a->sender_mac, now_ms)) {
-      for (int i = 0; i < 6; ++i) f[i] = a->sender_mac.bytes[i];
-      transmit(f);
-    }
+    learn(a->sender_ip, a->sender_mac, now_ms);
+    if (arp_listener_ != nullptr) arp_listener_->arp_learned(a->sender_ip, a->sender_mac);
   }
   if (for_us && a->op == ArpPacket::kRequest) {
     send_arp(ArpPacket::kReply, a->sender_mac, a->sender_mac, a->sender_ip);
   }
 }
 
-void Interface::on_ipv4(std::span<const uint8_t> p, uint64_t now_ms) {
+void Interface::learn(Ipv4Addr ip, const MacAddr& mac, uint64_t now_ms) {
+  for (std::vector<uint8_t>& f : arp_.update(ip, mac, now_ms)) {
+    for (int i = 0; i < 6; ++i) f[i] = mac.bytes[i];
+    transmit(f);
+  }
+}
+
+void Interface::fill_tcp_checksum(std::span<uint8_t> l4, Ipv4Addr src, Ipv4Addr dst) const {
+  if (!io_.tx_checksum_offload()) {
+    tcpip::fill_tcp_checksum(l4, src, dst);
+    return;
+  }
+  // The port sums the segment into the field, which must hold the folded (not complemented) pseudo-header
+  // sum (the convention of rte_ipv4_phdr_cksum and virtio's VIRTIO_NET_HDR_F_NEEDS_CSUM).
+  uint32_t sum = pseudo_header_sum(src, dst, kProtoTcp, static_cast<uint16_t>(l4.size()));
+  store_be16(l4.data() + 16, static_cast<uint16_t>(~checksum_finish(sum)));
+}
+
+void Interface::on_ipv4(std::span<const uint8_t> p, uint64_t now_ms, RxChecksum l4_checksum) {
   Ipv4Header ip;
   if (Ipv4Header::read(p, &ip) != Ipv4Header::Error::kNone) {
     ++stats_.ip_bad_header;
@@ -113,7 +130,7 @@ void Interface::on_ipv4(std::span<const uint8_t> p, uint64_t now_ms) {
     return;
   }
   if (L4Handler* h = l4_[ip.protocol]) {
-    h->received(ip, l4);
+    h->received(ip, l4, l4_checksum);
   } else {
     ++stats_.ip_unknown_protocol;
   }
@@ -171,7 +188,12 @@ bool Interface::send_ipv4(Ipv4Addr dst, uint8_t protocol, size_t l4_len,
   auto build = [&](uint8_t* f, const MacAddr& dst_mac) {
     EthernetHeader{dst_mac, io_.mac(), kEtherTypeIpv4}.write(f);
     ip.write(f + EthernetHeader::kSize);
-    fill(std::span<uint8_t>(f + kFrameHeaders, l4_len));
+    if (io_.tx_checksum_offload()) store_be16(f + EthernetHeader::kSize + 10, 0);  // the port fills it
+    std::span<uint8_t> l4(f + kFrameHeaders, l4_len);
+    fill(l4);
+    // With TX checksum offload the port completes the TCP checksum from the pseudo-header sum; a filler that
+    // computed the full sum in software (tcb.cc) gets its field replaced (l4_len ≥ 20 for TCP).
+    if (protocol == kProtoTcp && l4_len >= 20 && io_.tx_checksum_offload()) fill_tcp_checksum(l4, ip.src, ip.dst);
   };
   if (auto mac = arp_.lookup(next_hop, now_ms)) {
     std::span<uint8_t> buf = io_.frame_begin(total);

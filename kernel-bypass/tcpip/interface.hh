@@ -35,14 +35,29 @@ struct InterfaceStats {
   uint64_t icmp_echo_in = 0, icmp_echo_reply_out = 0, icmp_errors_in = 0, icmp_bad = 0;
 };
 
+/// What the link layer already checked of a received frame's checksums (DPDK RX checksum offload: the mbuf's
+/// RTE_MBUF_F_RX_*_CKSUM_* flags). kUnknown: verify in software.
+enum class RxChecksum : uint8_t { kUnknown, kGood, kBad };
+
 /// Receives the payload of IPv4 packets of one protocol (RFC 791 protocol number).
 class L4Handler {
  public:
-  /// `l4` is the IPv4 payload (exactly total_len - header_len bytes).
-  virtual void received(const Ipv4Header& ip, std::span<const uint8_t> l4) = 0;
+  /// `l4` is the IPv4 payload (exactly total_len - header_len bytes); `l4_checksum` is what the port
+  /// verified (kGood: skip the software check; kBad: drop).
+  virtual void received(const Ipv4Header& ip, std::span<const uint8_t> l4, RxChecksum l4_checksum) = 0;
 
  protected:
   ~L4Handler() = default;
+};
+
+/// Told of each neighbour an interface learns from ARP on the wire (the DPDK glue replicates it to the other
+/// cores' interfaces).
+class ArpListener {
+ public:
+  virtual void arp_learned(Ipv4Addr ip, const MacAddr& mac) = 0;
+
+ protected:
+  ~ArpListener() = default;
 };
 
 class Interface {
@@ -50,7 +65,17 @@ class Interface {
   Interface(PacketIO& io, const InterfaceConfig& conf);
 
   /// Handles one received Ethernet frame (any length; short or malformed frames are counted and dropped).
-  void receive_frame(std::span<const uint8_t> frame, uint64_t now_ms);
+  /// `l4_checksum`: the port's verdict on the TCP/UDP checksum (RxChecksum).
+  void receive_frame(std::span<const uint8_t> frame, uint64_t now_ms,
+                     RxChecksum l4_checksum = RxChecksum::kUnknown);
+  /// Records ip → mac learned by another core's interface (ARP replication between the per-core stacks,
+  /// dpdk/steering.hh) and sends the frames waiting here for that address. Never reported to the ArpListener.
+  void learn(Ipv4Addr ip, const MacAddr& mac, uint64_t now_ms);
+  /// Called with each ARP entry this interface learns from the wire (RFC 826 merge), for replication.
+  void set_arp_listener(ArpListener* listener) { arp_listener_ = listener; }
+  /// Fills the TCP checksum of `l4` (a segment from src to dst): in software, or only the pseudo-header sum
+  /// when the link offloads TCP checksums (PacketIO::tx_checksum_offload; the port completes it).
+  void fill_tcp_checksum(std::span<uint8_t> l4, Ipv4Addr src, Ipv4Addr dst) const;
 
   void register_l4(uint8_t protocol, L4Handler* h) { l4_[protocol] = h; }
 
@@ -74,7 +99,7 @@ class Interface {
 
  private:
   void on_arp(const EthernetHeader& eth, std::span<const uint8_t> p, uint64_t now_ms);
-  void on_ipv4(std::span<const uint8_t> p, uint64_t now_ms);
+  void on_ipv4(std::span<const uint8_t> p, uint64_t now_ms, RxChecksum l4_checksum);
   void on_icmp(const Ipv4Header& ip, std::span<const uint8_t> p, uint64_t now_ms);
   void send_arp(uint16_t op, const MacAddr& eth_dst, const MacAddr& target_mac, Ipv4Addr target_ip);
   bool transmit(std::span<const uint8_t> frame);
@@ -87,6 +112,7 @@ class Interface {
   L4Handler* l4_[256] = {};
   uint16_t next_ip_id_ = 1;
   std::vector<Ipv4Addr> retry_;
+  ArpListener* arp_listener_ = nullptr;
 };
 
 }  // namespace kosoku::tcpip

@@ -21,6 +21,9 @@ class PacketIO {
   /// The link's own address and MTU (bytes of IP packet per frame, 1500 on Ethernet).
   virtual MacAddr mac() const = 0;
   virtual uint16_t mtu() const = 0;
+  /// True if the link completes IPv4 header and TCP checksums of the frames it sends (DPDK TX checksum
+  /// offload): the stack then leaves the IPv4 checksum 0 and writes only the TCP pseudo-header sum.
+  virtual bool tx_checksum_offload() const { return false; }
 
  protected:
   ~PacketIO() = default;

@@ -81,7 +81,12 @@ uint16_t TcpStack::pick_ephemeral(Ipv4Addr dst, uint16_t dst_port) {
     uint16_t p = next_ephemeral_;
     next_ephemeral_ = p >= conf_.ephemeral_last ? conf_.ephemeral_first : static_cast<uint16_t>(p + 1);
     if (listeners_.contains(p)) continue;
-    if (!table_.contains(FourTuple{ip_.address(), p, dst, dst_port})) return p;
+    FourTuple t{ip_.address(), p, dst, dst_port};
+    if (flow_owner_ != nullptr && !flow_owner_->is_local(t)) {
+      ++stats_.ephemeral_not_local;
+      continue;
+    }
+    if (!table_.contains(t)) return p;
   }
   return 0;
 }
@@ -118,10 +123,14 @@ net::Stream* TcpStack::connect_from(uint16_t local_port, Ipv4Addr dst, uint16_t 
   return tcb;
 }
 
-void TcpStack::received(const Ipv4Header& ip, std::span<const uint8_t> l4) {
+void TcpStack::received(const Ipv4Header& ip, std::span<const uint8_t> l4, RxChecksum l4_checksum) {
   ++stats_.segments_in;
+  if (l4_checksum == RxChecksum::kBad) {
+    ++stats_.bad_checksum;
+    return;
+  }
   TcpSegment seg;
-  TcpParseError e = parse_tcp_segment(l4, ip.src, ip.dst, true, &seg);
+  TcpParseError e = parse_tcp_segment(l4, ip.src, ip.dst, l4_checksum != RxChecksum::kGood, &seg);
   if (e != TcpParseError::kNone) {
     ++(e == TcpParseError::kBadChecksum ? stats_.bad_checksum : stats_.bad_header);
     return;
@@ -236,7 +245,7 @@ void TcpStack::send_control(const FourTuple& t, SeqNum seq, SeqNum ack, uint8_t 
   size_t hl = TcpHeader::kMinSize + options.wire_size();
   ip_.send_ipv4(t.remote, kProtoTcp, hl, [&](std::span<uint8_t> out) {
     write_tcp_header(h, options, out.data());
-    fill_tcp_checksum(out, t.local, t.remote);
+    ip_.fill_tcp_checksum(out, t.local, t.remote);
   }, now_ms());
   ++stats_.segments_out;
   if (flags & kRst) ++stats_.rst_out;

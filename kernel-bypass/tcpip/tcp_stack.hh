@@ -11,8 +11,11 @@
 // ACKs (rate-limited per connection); ISNs per RFC 6528 (isn.hh); RST for segments to closed ports.
 // SACK (RFC 2018) negotiated on SYN/SYN-ACK with RFC 6675 loss recovery (sack_scoreboard.hh; NewReno
 // for peers without SACK); keep-alive per listening socket (`listen ... so_keepalive=`, RFC 9293 §3.8.4).
+// Across cores: every core runs its own TcpStack listening on the same ports; the DPDK layer steers each
+// 4-tuple to one core (dpdk/flow_hash.hh), and connect() only picks ephemeral ports the FlowOwner accepts, so
+// the return traffic of an outgoing connection lands on the connecting core (F-Stack issue 380).
 // Not implemented (fail loudly where a caller could depend on it): D-SACK, urgent
-// data (ignored), IPv6 (listen/connect refuse it), ECN, flow steering between cores (one queue per port).
+// data (ignored), IPv6 (listen/connect refuse it), ECN.
 #pragma once
 
 #include <cstdint>
@@ -78,10 +81,22 @@ struct TcpStats {
   uint64_t time_wait = 0;  // gauge
   uint64_t sack_recoveries = 0, sack_blocks_out = 0, sack_reneging = 0;  // RFC 6675 recoveries entered
   uint64_t keepalive_probes = 0, keepalive_timeouts = 0;
+  uint64_t ephemeral_not_local = 0;  // candidate source ports skipped by connect(): their return traffic
+                                     // would be steered to another core (FlowOwner)
   uint64_t memory_bytes = 0;  // gauge: TCBs (TIME_WAIT included) + their buffers, bytes
 };
 
 class Tcb;
+
+/// Which 4-tuples this core's stack may use for an active open (flow steering across cores: the core the
+/// return traffic is steered to). Unset: every tuple is local.
+class FlowOwner {
+ public:
+  virtual bool is_local(const FourTuple& t) const = 0;
+
+ protected:
+  ~FlowOwner() = default;
+};
 
 class TcpStack final : public net::Stack, public L4Handler {
  public:
@@ -107,7 +122,10 @@ class TcpStack final : public net::Stack, public L4Handler {
                             std::string* err);
 
   // L4Handler: one TCP segment from the interface.
-  void received(const Ipv4Header& ip, std::span<const uint8_t> l4) override;
+  void received(const Ipv4Header& ip, std::span<const uint8_t> l4, RxChecksum l4_checksum) override;
+
+  /// Restricts ephemeral ports to tuples `owner` accepts (nullptr: any). `owner` outlives the stack.
+  void set_flow_owner(const FlowOwner* owner) { flow_owner_ = owner; }
 
   /// Frees connections that finished (call once per loop iteration after input processing; never from
   /// inside a StreamHandler callback).
@@ -155,6 +173,7 @@ class TcpStack final : public net::Stack, public L4Handler {
   size_t open_ = 0;
   bool accepting_ = true;
   uint16_t next_ephemeral_ = 0;
+  const FlowOwner* flow_owner_ = nullptr;
   config::ListenSocket empty_socket_;
 };
 

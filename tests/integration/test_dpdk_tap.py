@@ -15,6 +15,7 @@ On failure a pcap of dtapK (tcpdump in the namespace) is kept under $DPDK_TAP_AR
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import random
 import shutil
@@ -60,8 +61,12 @@ def _data(size: int, seed: int) -> bytes:
 
 
 class TapRig:
-    def __init__(self, base: Path, k: int):
+    """kosoku on net_tap with `workers` worker_processes; `server_extra` is added to the server block (e.g.
+    locations), `http_extra` to the http block (e.g. upstreams)."""
+
+    def __init__(self, base: Path, k: int, workers: int = 1, server_extra: str = "", http_extra: str = ""):
         self.base, self.k = base, k
+        self.workers, self.server_extra, self.http_extra = workers, server_extra, http_extra
         self.iface, self.ns = f"dtap{k}", f"kosoku-dt{k}"
         self.peer, self.addr = f"10.99.{k}.1", f"10.99.{k}.2"
         self.www = base / "www"
@@ -78,18 +83,21 @@ class TapRig:
             self.digests[name] = hashlib.sha256(data).hexdigest()
         conf = self.base / "kosoku.conf"
         conf.write_text(f"""
-worker_processes 1;
+worker_processes {self.workers};
 error_log {self.base}/error.log info;
 network dpdk;
 dpdk {{
-    eal -l 0 --no-huge --no-shconf --no-pci --no-telemetry --log-level=notice
+    eal -l 0 --no-huge -m {64 + 64 * self.workers} --no-shconf --no-pci --no-telemetry --log-level=notice
         --vdev=net_tap0,iface={self.iface};
     address {self.addr}/24;
 }}
 http {{
     access_log off;
     keepalive_requests 100000;
-    server {{ listen {PORT}; root {self.www}; }}
+{self.http_extra}
+    server {{ listen {PORT}; root {self.www};
+{self.server_extra}
+    }}
 }}
 """)
         subprocess.run(["ip", "netns", "del", self.ns], capture_output=True)
@@ -120,6 +128,22 @@ http {{
             if time.monotonic() > deadline:
                 raise RuntimeError(f"kosoku on {self.addr} never answered: {r.stdout} {r.stderr}")
             time.sleep(0.2)
+
+    def kernel_sockets_settled(self, within: float = 3) -> list[str]:
+        """The kernel's sockets to kosoku (`ss` lines) once all are in TIME-WAIT or gone, or after `within` s.
+        Nothing may stay open: every socket reaches TIME-WAIT (the kernel closed first after keep-alive) or
+        disappears (kosoku answers the client's FIN with its own)."""
+        deadline = time.monotonic() + within
+        while True:
+            ss = [l for l in self.ns_run("ss", "-tanH", "dst", self.addr).stdout.split("\n") if l.strip()]
+            if all("TIME-WAIT" in line for line in ss) or time.monotonic() > deadline:
+                return ss
+            time.sleep(0.1)
+
+    def status(self) -> dict:
+        """The status location's JSON (needs `location = /status { status; }` in server_extra)."""
+        r = self.ns_run("curl", "-sS", "--fail", "-m", "5", f"http://{self.addr}:{PORT}/status?format=json")
+        return json.loads(r.stdout)
 
     def ns_run(self, *args: str, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess:
         return _run("ip", "netns", "exec", self.ns, *args, check=check, timeout=timeout)
@@ -202,15 +226,7 @@ def test_clean_close_and_404(rig):
     r = rig.ns_run("curl", "-s", "-m", "5", "-o", "/dev/null", "-w", "%{http_code}",
                    f"http://{rig.addr}:{PORT}/missing")
     assert r.stdout == "404"
-    # Nothing is left open on the kernel side: no socket to kosoku outside TIME-WAIT.
-    # Nothing stays open on the kernel side: every socket to kosoku reaches TIME-WAIT (the kernel closed first
-    # after keep-alive) or disappears, within 3 s (kosoku answers the client's FIN with its own).
-    deadline = time.monotonic() + 3
-    while True:
-        ss = [l for l in rig.ns_run("ss", "-tanH", "dst", rig.addr).stdout.split("\n") if l.strip()]
-        if all("TIME-WAIT" in line for line in ss) or time.monotonic() > deadline:
-            break
-        time.sleep(0.1)
+    ss = rig.kernel_sockets_settled()
     assert all("TIME-WAIT" in line for line in ss), ss
 
 
