@@ -39,9 +39,9 @@ Server((sys.argv[1], int(sys.argv[2])), handler).serve_forever()
 class ProxyRig(TapRig):
     """Two workers, a status location, and /up/ proxied to a python http.server in the namespace."""
 
-    def __init__(self, base, k):
+    def __init__(self, base, k, link="tap"):
         peer = f"10.99.{k}.1"
-        super().__init__(base, k, workers=2,
+        super().__init__(base, k, workers=2, link=link,
                          server_extra=f"""
         location = /status {{ status; }}
         location /up/ {{ proxy_pass http://{peer}:{ORIGIN_PORT}/; }}
@@ -97,9 +97,8 @@ def port_metrics(status: dict) -> dict[tuple[str, str], float]:
     return out
 
 
-@pytest.fixture(scope="module")
-def rig(tmp_path_factory, request):
-    r = ProxyRig(tmp_path_factory.mktemp("dpdk-mc"), 40 + (os.getpid() + 7) % 50)
+def _rig(tmp_path_factory, request, k: int, link: str):
+    r = ProxyRig(tmp_path_factory.mktemp(f"dpdk-mc-{link}"), k, link)
     try:
         r.start()
         r.start_origin()
@@ -109,6 +108,18 @@ def rig(tmp_path_factory, request):
     yield r
     took = r.stop(request.session.testsfailed > 0)
     assert took is not None, "kosoku did not exit within 20 s of SIGTERM"
+
+
+@pytest.fixture(scope="module")
+def rig(tmp_path_factory, request):
+    yield from _rig(tmp_path_factory, request, 40 + (os.getpid() + 7) % 50, "tap")
+
+
+@pytest.fixture(scope="module")
+def relay_rig(tmp_path_factory, request):
+    """net_af_packet with ONE queue pair for two workers: worker 0 receives everything and steers half of it
+    to worker 1, whose frames worker 0 transmits (TX relay ring); af_packet offers no checksum offload."""
+    yield from _rig(tmp_path_factory, request, 140 + (os.getpid() + 11) % 50, "af_packet")
 
 
 def test_two_workers_two_queue_pairs_in_stats(rig):
@@ -181,3 +192,23 @@ def test_proxy_pass_over_dpdk_ab_c50(rig):
     # skipped, and no upstream connection timed out waiting for a SYN-ACK that went to the other worker.
     skipped = sum(m1[("dpdk_tcp_ephemeral_not_local_total", c)] for c in "01")
     assert skipped > 0, m1
+
+
+def test_one_queue_pair_for_two_workers_relays_rx_and_tx(relay_rig):
+    r = relay_rig.ns_run("ab", "-q", "-n", "2000", "-c", "50", f"http://{relay_rig.addr}:{PORT}/1k.bin",
+                         timeout=180)
+    assert "Complete requests:      2000" in r.stdout and "Failed requests:        0" in r.stdout, r.stdout
+    for name in ("8m.bin", "1m.bin"):
+        assert relay_rig.sha256_of(f"/{name}") == relay_rig.digests[name], name
+    assert relay_rig.sha256_of("/up/o1m.bin") == relay_rig.digests["o1m.bin"]  # proxy_pass from both workers
+    st = relay_rig.status()
+    m = port_metrics(st)
+    assert m[("dpdk_queue_pairs", "")] == 1, m
+    assert m[("dpdk_tx_checksum_offload", "")] == 0 and m[("dpdk_rx_checksum_offload", "")] == 0, m
+    handled = [c["connections"]["handled"] for c in st["cores"]]
+    assert min(handled) > 0.25 * sum(handled), handled
+    assert m[("dpdk_queue_rx_packets_total", "1")] == 0, m  # worker 1 has no RX queue
+    assert m[("dpdk_steer_forwarded_out_total", "0")] > 1000, m
+    assert m[("dpdk_steer_tx_relayed_total", "0")] > 1000, m  # worker 1's frames, sent by worker 0
+    assert m[("dpdk_steer_ring_full_drops_total", "0")] == 0, m
+    assert m[("dpdk_queue_tx_refused_total", "1")] == 0, m

@@ -31,6 +31,14 @@ BIN = Path(os.environ.get("KOSOKU_BIN", ROOT / "build/release/kosoku"))
 ARTIFACTS = Path(os.environ.get("DPDK_TAP_ARTIFACTS", "/tmp/kosoku-dpdk-tap-artifacts"))
 PORT = 8080
 # The interface is moved only after kosoku logs "started" (see TapRig.start).
+# `ethtool -K IFACE tx off` without ethtool: SIOCETHTOOL with ETHTOOL_STXCSUM (0x17), data 0.
+ETHTOOL_TX_OFF = """
+import array, fcntl, socket, struct, sys
+value = array.array("I", [0x17, 0])
+ifreq = struct.pack("16sP", sys.argv[1].encode(), value.buffer_info()[0])
+sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+fcntl.ioctl(sock.fileno(), 0x8946, ifreq)
+"""
 
 
 def _run(*args: str, check: bool = True, timeout: float = 30, **kw) -> subprocess.CompletedProcess:
@@ -64,10 +72,15 @@ class TapRig:
     """kosoku on net_tap with `workers` worker_processes; `server_extra` is added to the server block (e.g.
     locations), `http_extra` to the http block (e.g. upstreams)."""
 
-    def __init__(self, base: Path, k: int, workers: int = 1, server_extra: str = "", http_extra: str = ""):
+    def __init__(self, base: Path, k: int, workers: int = 1, server_extra: str = "", http_extra: str = "",
+                 link: str = "tap"):
         self.base, self.k = base, k
         self.workers, self.server_extra, self.http_extra = workers, server_extra, http_extra
+        self.link = link
         self.iface, self.ns = f"dtap{k}", f"kosoku-dt{k}"
+        # link "af_packet": a veth pair between two namespaces; kosoku runs in `kns` with net_af_packet (one
+        # queue pair) on its end `kif`, the kernel peer has `iface` in `ns`. Nothing touches the host's namespace.
+        self.kns, self.kif = f"kosoku-dk{k}", f"dveth{k}"
         self.peer, self.addr = f"10.99.{k}.1", f"10.99.{k}.2"
         self.www = base / "www"
         self.proc: subprocess.Popen | None = None
@@ -88,7 +101,7 @@ error_log {self.base}/error.log info;
 network dpdk;
 dpdk {{
     eal -l 0 --no-huge -m {64 + 64 * self.workers} --no-shconf --no-pci --no-telemetry --log-level=notice
-        --vdev=net_tap0,iface={self.iface};
+        --vdev={self.vdev()};
     address {self.addr}/24;
 }}
 http {{
@@ -101,8 +114,11 @@ http {{
 }}
 """)
         subprocess.run(["ip", "netns", "del", self.ns], capture_output=True)
-        self.proc = subprocess.Popen([str(BIN), "-c", str(conf), "-p", str(self.base) + "/"],
-                                     stdout=open(self.base / "stdout.log", "w"), stderr=subprocess.STDOUT)
+        cmd = [str(BIN), "-c", str(conf), "-p", str(self.base) + "/"]
+        if self.link == "af_packet":
+            self.make_veth()
+            cmd = ["ip", "netns", "exec", self.kns] + cmd
+        self.proc = subprocess.Popen(cmd, stdout=open(self.base / "stdout.log", "w"), stderr=subprocess.STDOUT)
         # Wait for the workers to run: net_tap opens its queue fds by interface name while the port starts, so
         # the interface may move to the namespace only after that ("started" is logged after the workers).
         deadline = time.monotonic() + 15
@@ -111,11 +127,12 @@ http {{
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"kosoku did not start:\n" + (self.base / "stdout.log").read_text())
             time.sleep(0.05)
-        _run("ip", "netns", "add", self.ns)
-        _run("ip", "link", "set", self.iface, "netns", self.ns)
-        self.ns_run("ip", "link", "set", "lo", "up")
-        self.ns_run("ip", "addr", "add", f"{self.peer}/24", "dev", self.iface)
-        self.ns_run("ip", "link", "set", self.iface, "up")
+        if self.link == "tap":
+            _run("ip", "netns", "add", self.ns)
+            _run("ip", "link", "set", self.iface, "netns", self.ns)
+            self.ns_run("ip", "link", "set", "lo", "up")
+            self.ns_run("ip", "addr", "add", f"{self.peer}/24", "dev", self.iface)
+            self.ns_run("ip", "link", "set", self.iface, "up")
         self.pcap = subprocess.Popen(["ip", "netns", "exec", self.ns, "tcpdump", "-i", self.iface, "-s", "128",
                                       "-w", str(self.base / "tap.pcap"), "-U"],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -128,6 +145,25 @@ http {{
             if time.monotonic() > deadline:
                 raise RuntimeError(f"kosoku on {self.addr} never answered: {r.stdout} {r.stderr}")
             time.sleep(0.2)
+
+    def vdev(self) -> str:
+        if self.link == "af_packet":
+            return f"net_af_packet0,iface={self.kif},qpairs=1"
+        return f"net_tap0,iface={self.iface}"
+
+    def make_veth(self) -> None:
+        subprocess.run(["ip", "netns", "del", self.kns], capture_output=True)
+        _run("ip", "netns", "add", self.kns)
+        _run("ip", "netns", "add", self.ns)
+        _run("ip", "-n", self.kns, "link", "add", self.kif, "type", "veth", "peer", "name", self.iface, "netns",
+             self.ns)
+        _run("ip", "-n", self.kns, "link", "set", self.kif, "up")
+        self.ns_run("ip", "link", "set", "lo", "up")
+        self.ns_run("ip", "addr", "add", f"{self.peer}/24", "dev", self.iface)
+        self.ns_run("ip", "link", "set", self.iface, "up")
+        # The kernel would leave TCP checksums to "hardware" on veth (CHECKSUM_PARTIAL), and af_packet hands
+        # them to kosoku unfinished: turn TX checksum offload off on the peer (ethtool -K tx off, by ioctl).
+        self.ns_run("python3", "-c", ETHTOOL_TX_OFF, self.iface)
 
     def kernel_sockets_settled(self, within: float = 3) -> list[str]:
         """The kernel's sockets to kosoku (`ss` lines) once all are in TIME-WAIT or gone, or after `within` s.
@@ -178,6 +214,8 @@ http {{
                 self.proc.kill()
                 self.proc.wait()
         subprocess.run(["ip", "netns", "del", self.ns], capture_output=True)
+        if self.link == "af_packet":
+            subprocess.run(["ip", "netns", "del", self.kns], capture_output=True)
         if failed:
             dest = ARTIFACTS / f"{time.strftime('%Y%m%d-%H%M%S')}-{self.iface}"
             dest.mkdir(parents=True, exist_ok=True)
