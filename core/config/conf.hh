@@ -52,7 +52,8 @@ struct DiskQueueConf {
   uint32_t max_queue = 65536;
 };
 
-/// `listen ADDR:PORT [default_server] [reuseport] [backlog=N];` (server). Default `*:80` (nginx: 80 as root).
+/// `listen ADDR:PORT [default_server] [reuseport] [backlog=N] [so_keepalive=...];` (server). Default `*:80`
+/// (nginx: 80 as root).
 struct ListenConf {
   sockaddr_storage addr{};  // AF_INET or AF_INET6, port in network order
   socklen_t addr_len = 0;
@@ -60,6 +61,12 @@ struct ListenConf {
   bool default_server = false;
   bool reuseport = false;
   int backlog = 511;
+  // `so_keepalive=on|off|[keepidle]:[keepintvl]:[keepcnt]` (nginx): -1 not given (system default), 0 off,
+  // 1 on. keepidle/keepintvl in seconds, 0 = not given (the system's value); keepcnt 0 = not given.
+  int so_keepalive = -1;
+  uint32_t keepidle_s = 0;
+  uint32_t keepintvl_s = 0;
+  uint32_t keepcnt = 0;
 };
 
 /// A `allow`/`deny` rule (http, server, location), evaluated in order; first match wins; no match → allow.

@@ -30,7 +30,32 @@ bool set_server(Builder& b, Scope& s, const Directive& d) {
   return b.walk(inner, d.children);
 }
 
-// `listen ADDR[:PORT] [default_server|default] [reuseport] [backlog=N] [bind];`
+// nginx's `so_keepalive=on|off|[keepidle]:[keepintvl]:[keepcnt]` value (after the '='): idle and interval are
+// times in seconds ("30m"), count a number; empty fields keep the system's value, but not all three.
+bool parse_so_keepalive(std::string_view v, ListenConf* l) {
+  if (v == "on" || v == "off") {
+    l->so_keepalive = v == "on" ? 1 : 0;
+    return true;
+  }
+  std::string_view part[3];  // as nginx: trailing fields may be left out ("30m", "30m:10s")
+  for (int i = 0; i < 3 && !v.empty(); ++i) {
+    size_t colon = i < 2 ? v.find(':') : std::string_view::npos;
+    part[i] = v.substr(0, colon);
+    v = colon == std::string_view::npos ? std::string_view() : v.substr(colon + 1);
+  }
+  std::optional<uint64_t> idle, intvl, cnt;
+  if (!part[0].empty() && !(idle = parse_time_sec(part[0]))) return false;
+  if (!part[1].empty() && !(intvl = parse_time_sec(part[1]))) return false;
+  if (!part[2].empty() && !(cnt = parse_number(part[2], 0x7fffffff))) return false;
+  l->keepidle_s = static_cast<uint32_t>(idle.value_or(0));
+  l->keepintvl_s = static_cast<uint32_t>(intvl.value_or(0));
+  l->keepcnt = static_cast<uint32_t>(cnt.value_or(0));
+  if (l->keepidle_s == 0 && l->keepintvl_s == 0 && l->keepcnt == 0) return false;
+  l->so_keepalive = 1;
+  return true;
+}
+
+// `listen ADDR[:PORT] [default_server|default] [reuseport] [backlog=N] [so_keepalive=...] [bind];`
 bool set_listen(Builder& b, Scope& s, const Directive& d) {
   ListenConf l;
   std::string err;
@@ -51,6 +76,11 @@ bool set_listen(Builder& b, Scope& s, const Directive& d) {
       auto n = parse_number(v.substr(8), 0x7fffffff);
       if (!n || *n == 0) return b.fail(d.args[i].loc, absl::StrCat("invalid backlog ", quoted(v)));
       l.backlog = static_cast<int>(*n);
+      opts = true;
+    } else if (v.rfind("so_keepalive=", 0) == 0) {
+      if (!parse_so_keepalive(v.substr(13), &l)) {
+        return b.fail(d.args[i].loc, absl::StrCat("invalid so_keepalive value: ", quoted(v.substr(13))));
+      }
       opts = true;
     } else {
       return b.fail(d.args[i].loc, absl::StrCat("invalid parameter ", quoted(v)));

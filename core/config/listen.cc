@@ -82,6 +82,10 @@ bool group_listen_sockets(Builder& b) {
         has_opts[k] = true;
         ls.conf.backlog = l.backlog;
         ls.conf.reuseport = l.reuseport;
+        ls.conf.so_keepalive = l.so_keepalive;
+        ls.conf.keepidle_s = l.keepidle_s;
+        ls.conf.keepintvl_s = l.keepintvl_s;
+        ls.conf.keepcnt = l.keepcnt;
       }
     }
   }

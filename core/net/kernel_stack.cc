@@ -574,6 +574,15 @@ int open_listen_socket(const config::ListenConf& conf, std::string* err) {
   setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
   setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one));
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));  // inherited by accepted sockets (Linux)
+  if (conf.so_keepalive >= 0) {  // listen so_keepalive= (nginx); also inherited by accepted sockets
+    int on = conf.so_keepalive;
+    int idle = static_cast<int>(conf.keepidle_s), intvl = static_cast<int>(conf.keepintvl_s);
+    int cnt = static_cast<int>(conf.keepcnt);
+    setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof(on));
+    if (idle > 0) setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
+    if (intvl > 0) setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl));
+    if (cnt > 0) setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt));
+  }
   if (family == AF_INET6) setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
   if (::bind(fd, reinterpret_cast<const sockaddr*>(&conf.addr), conf.addr_len) < 0 ||
       ::listen(fd, conf.backlog) < 0) {

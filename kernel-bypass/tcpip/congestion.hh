@@ -2,6 +2,9 @@
 // RFC 6582 fast retransmit and fast recovery (partial ACKs keep the connection in recovery; a full ACK of
 // `recover` ends it). Byte counting: slow start adds min(acked, SMSS) per ACK (RFC 5681 §3.1, L = 1 SMSS).
 // Initial window per RFC 6928: min(10·SMSS, max(2·SMSS, 14600)). Pure arithmetic, no timers, no I/O.
+// With SACK (RFC 6675) the same window arithmetic is driven differently: enter_sack_recovery() sets
+// cwnd = ssthresh once, the pipe estimate (sack_scoreboard.hh) replaces dupack inflation/partial-ACK
+// deflation, and on_sack_recovery_ack() ends recovery at RecoveryPoint.
 #pragma once
 
 #include <algorithm>
@@ -69,6 +72,32 @@ class NewReno {
     recovery_ = true;
     cwnd_ = ssthresh_ + kDupAckThreshold * smss_;
     return true;
+  }
+
+  /// RFC 6675 §5: may a new SACK loss recovery start with SND.UNA at `snd_una`? Not while one runs, and
+  /// after an RTO not until HighACK ≥ RecoveryPoint (§5.1).
+  bool may_enter_sack_recovery(SeqNum snd_una) const { return !recovery_ && (!have_recover_ || snd_una >= recover_); }
+  /// Counts one RFC 6675 duplicate ACK (an ACK that newly SACKs octets); returns DupAcks.
+  unsigned count_dupack() { return ++dupacks_; }
+  /// RFC 6675 §5 steps (4.1)/(4.2): RecoveryPoint = HighData (snd_max), ssthresh = cwnd = max(FlightSize/2,
+  /// 2·SMSS) (RFC 5681 eq. 4).
+  void enter_sack_recovery(uint32_t flight, SeqNum snd_max) {
+    ssthresh_ = std::max(flight / 2, 2 * smss_);
+    cwnd_ = ssthresh_;
+    recover_ = snd_max;
+    have_recover_ = true;
+    recovery_ = true;
+    dupacks_ = 0;
+  }
+  /// A cumulative ACK during SACK recovery: cwnd stays at ssthresh (pipe does the accounting); an ACK at or
+  /// beyond RecoveryPoint ends recovery. Returns true when it ended.
+  bool on_sack_recovery_ack(SeqNum ack) {
+    dupacks_ = 0;
+    if (ack >= recover_) {
+      recovery_ = false;
+      return true;
+    }
+    return false;
   }
 
   /// The retransmission timer expired (RFC 5681 §3.1 eq. 4, loss window = 1 SMSS; RFC 6582 §4 sets recover).

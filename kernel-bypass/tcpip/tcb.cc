@@ -42,6 +42,7 @@ Tcb::Tcb(TcpStack& stack, const FourTuple& tuple) : stack_(stack), tuple_(tuple)
   rto_ms_ = c.rto_initial_ms;
   ts_offset_ = stack_.keys_.ts_offset(tuple);
   while (rcv_wscale_ < 14 && (c.recv_buffer_bytes >> rcv_wscale_) > 65535) ++rcv_wscale_;
+  update_memory();
 }
 
 Tcb::~Tcb() {
@@ -51,6 +52,7 @@ Tcb::~Tcb() {
     head_ = n;
   }
   std::free(in_buf_);
+  stack_.stats_.memory_bytes -= accounted_bytes_;
 }
 
 // ---------------------------------------------------------------- opening
@@ -62,6 +64,7 @@ void Tcb::open_active(net::StreamHandler* handler) {
   snd_nxt_ = snd_max_ = data_seq_ = iss_ + 1;
   ws_ok_ = stack_.conf_.window_scaling;
   ts_ok_ = stack_.conf_.timestamps;
+  sack_ok_ = stack_.conf_.sack;
   enter(TcpState::kSynSent);
   send_syn();
 }
@@ -77,6 +80,7 @@ void Tcb::take_syn_options(const TcpOptions& o, bool we_offered) {
   }
   ts_ok_ = c.timestamps && o.has_timestamps && (we_offered ? ts_ok_ : true);
   if (ts_ok_) ts_recent_ = o.ts_val;
+  sack_ok_ = c.sack && o.sack_permitted && (we_offered ? sack_ok_ : true);  // RFC 2018 §2
   size_t our_mss = stack_.ip_.max_l4_payload() - TcpHeader::kMinSize;
   mss_ = static_cast<uint16_t>(std::min<size_t>(peer_mss_, our_mss) - (ts_ok_ ? 12 : 0));
   cc_.reset(mss_);
@@ -88,6 +92,7 @@ void Tcb::open_passive(const TcpSegment& syn, bool listener_backlog) {
   irs_ = syn.header.seq;
   rcv_nxt_ = irs_ + 1;
   take_syn_options(syn.options, false);
+  keepalive_from_listener();
   snd_wnd_ = max_snd_wnd_ = syn.header.window;  // never scaled in a SYN (RFC 7323 §2.2)
   snd_wl1_ = syn.header.seq;
   iss_ = SeqNum{stack_.keys_.isn(tuple_, stack_.clock_.now_us())};
@@ -107,7 +112,8 @@ void Tcb::open_from_cookie(const TcpSegment& ack, SeqNum iss, uint16_t mss) {
   TcpOptions none;
   none.has_mss = true;
   none.mss = mss;
-  take_syn_options(none, false);  // the cookie kept only the MSS: no window scaling, no timestamps
+  take_syn_options(none, false);  // the cookie kept only the MSS: no window scaling, timestamps or SACK
+  keepalive_from_listener();
   snd_wnd_ = max_snd_wnd_ = ack.header.window;
   snd_wl1_ = ack.header.seq;
   snd_wl2_ = ack.header.ack;
@@ -226,6 +232,8 @@ void Tcb::segment_arrives(const TcpSegment& seg) {
     send_ack();
     return;
   }
+  last_heard_ms_ = stack_.now_ms();  // keep-alive: the peer is alive
+  ka_unanswered_ = 0;
   // RFC 7323 §4.3: remember the timestamp of the segment that covers the last ACK we sent.
   if (ts_ok_ && seg.options.has_timestamps && h.seq <= last_ack_sent_) ts_recent_ = seg.options.ts_val;
   if (h.has(kRst)) {  // RFC 5961 §3.2
@@ -301,7 +309,10 @@ void Tcb::process_ack(const TcpSegment& seg) {
   SeqNum ack = h.ack;
   uint32_t wnd = static_cast<uint32_t>(h.window) << snd_wscale_;
   bool acked_data = false;
-  if (ack > snd_una_) {
+  bool advanced = ack > snd_una_;
+  bool dup_candidate = ack == snd_una_ && seg.payload.empty() && !h.has(kFin) && snd_max_ > snd_una_;
+  uint32_t acked = 0;
+  if (advanced) {
     if (ack > snd_nxt_) snd_nxt_ = ack;  // after an RTO rewound snd_nxt_
     if (ts_ok_ && seg.options.has_timestamps && seg.options.ts_ecr != 0) {
       rtt_sample(ts_now() - seg.options.ts_ecr);
@@ -309,7 +320,7 @@ void Tcb::process_ack(const TcpSegment& seg) {
       rtt_sample(stack_.now_ms() - timed_at_ms_);
       timing_ = false;
     }
-    uint32_t acked = ack - snd_una_;
+    acked = ack - snd_una_;
     if (ack > data_seq_) {
       size_t n = std::min<size_t>(ack - data_seq_, out_bytes_);
       drop_acked(n);
@@ -320,7 +331,7 @@ void Tcb::process_ack(const TcpSegment& seg) {
     snd_una_ = ack;
     retries_ = 0;
     uint32_t flight = snd_max_ - snd_una_;
-    if (cc_.on_ack(ack, acked, flight)) {  // NewReno partial ACK: resend the next hole now
+    if (!sack_ok_ && cc_.on_ack(ack, acked, flight)) {  // NewReno partial ACK: resend the next hole now
       size_t avail = out_bytes_;
       size_t len = std::min<size_t>(avail, mss_);
       if (len > 0) {
@@ -331,10 +342,10 @@ void Tcb::process_ack(const TcpSegment& seg) {
     }
     if (snd_una_ == snd_max_) {
       stack_.timers_.cancel(rtx_timer_);
-    } else if (!cc_.in_recovery()) {
+    } else if (sack_ok_ || !cc_.in_recovery()) {  // RFC 6298 §5.3 (NewReno re-arms on partial ACKs)
       arm_retransmit();
     }
-  } else if (ack == snd_una_ && seg.payload.empty() && !h.has(kFin) && wnd == snd_wnd_ && snd_max_ > snd_una_) {
+  } else if (!sack_ok_ && dup_candidate && wnd == snd_wnd_) {
     ++stack_.stats_.dup_acks_in;
     if (cc_.on_dupack(snd_una_, snd_max_, snd_max_ - snd_una_)) {
       size_t len = std::min<size_t>(out_bytes_, mss_);
@@ -355,6 +366,7 @@ void Tcb::process_ack(const TcpSegment& seg) {
       persist_ms_ = 0;
     }
   }
+  if (sack_ok_) sack_ack(seg, advanced, acked, dup_candidate);
   if (acked_data && handler_ != nullptr && !closing_ && out_bytes_ <= low_water_) handler_->on_writable(*this);
 }
 
@@ -399,7 +411,9 @@ void Tcb::process_text(const TcpSegment& seg) {
       if (!dup) {
         ooo_bytes_ += data.size();
         ooo_.insert(it, OooSegment{seq, std::string(reinterpret_cast<const char*>(data.data()), data.size()), fin});
+        update_memory();
       }
+      if (sack_ok_ && !data.empty()) sack_note_ooo(seq);
     }
     send_ack();
     return;
@@ -419,6 +433,7 @@ void Tcb::process_text(const TcpSegment& seg) {
         in_buf_ = static_cast<char*>(std::realloc(in_buf_, cap));
         if (in_buf_ == nullptr) std::abort();
         in_cap_ = cap;
+        update_memory();
       }
     }
     std::memcpy(in_buf_ + in_end_, p, n);
@@ -441,6 +456,7 @@ void Tcb::process_text(const TcpSegment& seg) {
     ooo_bytes_ -= o.data.size();
     ooo_.erase(ooo_.begin());
   }
+  if (filled_hole) update_memory();
   if (!data.empty()) ++unacked_segments_;
   if (!fin) {
     if (filled_hole || unacked_segments_ >= 2) {
@@ -459,6 +475,7 @@ void Tcb::peer_fin() {
   peer_fin_ = true;
   ooo_.clear();
   ooo_bytes_ = 0;
+  update_memory();
   send_ack();
   switch (state_) {
     case TcpState::kEstablished:
@@ -524,6 +541,9 @@ void Tcb::on_timer(TimerKind k) {
     case TimerKind::kNotify:
       notify_readable();
       break;
+    case TimerKind::kKeepalive:
+      on_keepalive_timer();
+      break;
   }
 }
 
@@ -549,6 +569,7 @@ void Tcb::on_retransmit_timer() {
   }
   ++stack_.stats_.rto_expired;
   cc_.on_timeout(snd_max_ - snd_una_, snd_max_);
+  if (sack_ok_) sack_on_timeout();
   rto_ms_ = std::min(rto_ms_ * 2, c.rto_max_ms);  // RFC 6298 §5.5 backoff
   timing_ = false;                                // Karn
   snd_nxt_ = snd_una_;                            // go back: resend from the first unacknowledged byte
@@ -635,6 +656,7 @@ void Tcb::drop_acked(size_t n) {
       head_ = next;
     }
   }
+  update_memory();
 }
 
 void Tcb::send_segment(SeqNum seq, size_t len, uint8_t flags) {
@@ -655,10 +677,12 @@ void Tcb::send_segment(SeqNum seq, size_t len, uint8_t flags) {
   } else if (!(flags & kRst)) {
     o.has_timestamps = ts_ok_;
   }
+  if (syn) o.sack_permitted = sack_ok_;  // RFC 2018 §2: only on SYN segments
   if (o.has_timestamps) {
     o.ts_val = ts_now();
     o.ts_ecr = (flags & kAck) ? ts_recent_ : 0;
   }
+  if (sack_ok_ && !syn && (flags & kAck) && !(flags & kRst) && !ooo_.empty()) sack_fill(&o);
   h.window = (flags & kRst) ? 0 : window_field(syn);
   size_t hl = TcpHeader::kMinSize + o.wire_size();
   size_t off = seq - data_seq_;
@@ -692,40 +716,50 @@ void Tcb::output() {
     default:
       return;
   }
-  const TcpConfig& c = stack_.conf_;
-  for (;;) {
-    if (fin_sent_ && snd_nxt_ > fin_seq()) break;
-    size_t offset = snd_nxt_ - data_seq_;
-    size_t avail = out_bytes_ - std::min(offset, out_bytes_);
-    uint32_t wnd = std::min({snd_wnd_, cc_.cwnd(), c.send_window_bytes});
-    int32_t usable = (snd_una_ + wnd) - snd_nxt_;
-    size_t len = std::min<size_t>(avail, mss_);
-    if (usable < static_cast<int32_t>(len)) len = usable > 0 ? static_cast<size_t>(usable) : 0;
-    bool fin = fin_queued_ && offset + len == out_bytes_;
-    if (len == 0 && !fin) break;
-    // Sender SWS avoidance (RFC 9293 §3.8.6.2.1): a window-limited runt waits unless it is half the window.
-    // With nothing in flight no ACK will come to reopen it, so the runt goes (the override of §3.8.6.2.1).
-    if (len > 0 && len < mss_ && len < avail && len < max_snd_wnd_ / 2 && snd_max_ != snd_una_) break;
-    bool retransmission = snd_nxt_ < snd_max_;
-    if (!retransmission && !ts_ok_ && !timing_ && len > 0) {
-      timing_ = true;
-      timed_seq_ = snd_nxt_;
-      timed_at_ms_ = stack_.now_ms();
+  if (sack_ok_ && cc_.in_recovery()) {
+    sack_send();  // RFC 6675: pipe, not cwnd - flight, clocks what goes out
+  } else {
+    uint32_t wnd = std::min({snd_wnd_, cc_.cwnd(), stack_.conf_.send_window_bytes});
+    while (send_next(wnd)) {
     }
-    uint8_t flags = kAck | (fin ? kFin : 0) | (len > 0 && offset + len == out_bytes_ ? kPsh : 0);
-    send_segment(snd_nxt_, len, flags);
-    if (retransmission) ++stack_.stats_.retransmits;
-    snd_nxt_ += static_cast<uint32_t>(len) + (fin ? 1 : 0);
-    if (fin) fin_sent_ = true;
-    if (snd_nxt_ > snd_max_) snd_max_ = snd_nxt_;
-    if (!rtx_timer_.armed()) arm_retransmit();
-    if (fin) break;
   }
   size_t sent = std::min<size_t>(snd_nxt_ - data_seq_, out_bytes_);
   if (snd_wnd_ == 0 && out_bytes_ > sent && !persist_timer_.armed() && snd_max_ == snd_una_) {
     persist_ms_ = persist_ms_ ? persist_ms_ : rto_ms_;
     arm(persist_timer_, persist_ms_);
   }
+}
+
+bool Tcb::send_next(uint32_t wnd) {
+  if (fin_sent_ && snd_nxt_ > fin_seq()) return false;
+  if (sack_ok_ && snd_nxt_ < snd_max_) {  // going back after an RTO: skip what the peer SACKed since
+    SeqNum skip = std::min(sb_.sacked_end(snd_nxt_), fin_seq());
+    if (snd_nxt_ < skip) snd_nxt_ = skip;
+  }
+  size_t offset = snd_nxt_ - data_seq_;
+  size_t avail = out_bytes_ - std::min(offset, out_bytes_);
+  int32_t usable = (snd_una_ + wnd) - snd_nxt_;
+  size_t len = std::min<size_t>(avail, mss_);
+  if (usable < static_cast<int32_t>(len)) len = usable > 0 ? static_cast<size_t>(usable) : 0;
+  bool fin = fin_queued_ && offset + len == out_bytes_;
+  if (len == 0 && !fin) return false;
+  // Sender SWS avoidance (RFC 9293 §3.8.6.2.1): a window-limited runt waits unless it is half the window.
+  // With nothing in flight no ACK will come to reopen it, so the runt goes (the override of §3.8.6.2.1).
+  if (len > 0 && len < mss_ && len < avail && len < max_snd_wnd_ / 2 && snd_max_ != snd_una_) return false;
+  bool retransmission = snd_nxt_ < snd_max_;
+  if (!retransmission && !ts_ok_ && !timing_ && len > 0) {
+    timing_ = true;
+    timed_seq_ = snd_nxt_;
+    timed_at_ms_ = stack_.now_ms();
+  }
+  uint8_t flags = kAck | (fin ? kFin : 0) | (len > 0 && offset + len == out_bytes_ ? kPsh : 0);
+  send_segment(snd_nxt_, len, flags);
+  if (retransmission) ++stack_.stats_.retransmits;
+  snd_nxt_ += static_cast<uint32_t>(len) + (fin ? 1 : 0);
+  if (fin) fin_sent_ = true;
+  if (snd_nxt_ > snd_max_) snd_max_ = snd_nxt_;
+  if (!rtx_timer_.armed()) arm_retransmit();
+  return true;
 }
 
 // ---------------------------------------------------------------- Stream
@@ -751,6 +785,7 @@ std::span<char> Tcb::reserve(size_t min_bytes) {
     *b = OutBlock{nullptr, nullptr, static_cast<uint32_t>(cap), 0, 0};
     out_block_bytes_ += cap;
     append_block(b);
+    update_memory();
   }
   return {tail_->data + tail_->end, tail_->cap - tail_->end};
 }
@@ -798,6 +833,7 @@ void Tcb::close(Close how) {
   in_begin_ = in_end_ = 0;
   ooo_.clear();
   ooo_bytes_ = 0;
+  update_memory();
   if (how == Close::kAbort || state_ == TcpState::kSynSent || state_ == TcpState::kSynReceived) {
     send_rst(snd_nxt_);
     terminate(0);
@@ -817,11 +853,18 @@ void Tcb::close(Close how) {
 
 // ---------------------------------------------------------------- endings
 
-void Tcb::enter(TcpState s) { state_ = s; }
+void Tcb::enter(TcpState s) {
+  state_ = s;
+  if (s == TcpState::kEstablished && ka_idle_ms_ != 0) {
+    last_heard_ms_ = stack_.now_ms();
+    arm(keepalive_timer_, ka_idle_ms_);
+  }
+}
 
 void Tcb::enter_time_wait() {
   enter(TcpState::kTimeWait);
-  for (TcbTimer* t : {&rtx_timer_, &delack_timer_, &persist_timer_, &linger_timer_, &notify_timer_}) {
+  for (TcbTimer* t : {&rtx_timer_, &delack_timer_, &persist_timer_, &linger_timer_, &notify_timer_,
+                      &keepalive_timer_}) {
     if (t->armed()) stack_.timers_.cancel(*t);
   }
   ++stack_.stats_.time_wait;
@@ -842,7 +885,8 @@ void Tcb::terminate(int error) {
   if (state_ == TcpState::kClosed) return;
   if (state_ == TcpState::kTimeWait) --stack_.stats_.time_wait;
   enter(TcpState::kClosed);
-  for (TcbTimer* t : {&rtx_timer_, &delack_timer_, &persist_timer_, &tw_timer_, &linger_timer_, &notify_timer_}) {
+  for (TcbTimer* t : {&rtx_timer_, &delack_timer_, &persist_timer_, &tw_timer_, &linger_timer_, &notify_timer_,
+                      &keepalive_timer_}) {
     if (t->armed()) stack_.timers_.cancel(*t);
   }
   notify_closed(error);

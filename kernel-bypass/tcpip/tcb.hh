@@ -12,6 +12,16 @@
 // Close: kGraceful sends what is queued then FIN, discards further input, and reports on_closed once both
 // FINs are acknowledged (TIME_WAIT or CLOSED), or after lingering_time_ms with an RST. kAbort sends RST.
 // The TCB may outlive on_closed (TIME_WAIT); memory is freed by TcpStack::reap(), never inside a callback.
+//
+// SACK (RFC 2018), when both SYNs carry SACK-permitted: as receiver, every ACK sent while out-of-order data is
+// held carries up to 3 SACK blocks (4 without timestamps), the first covering the most recently received
+// segment, then the most recently reported others (§4). As sender, a SackScoreboard and RFC 6675 loss
+// recovery (tcb_sack.cc) replace NewReno's dupack inflation; the scoreboard is cleared on an RTO and when
+// the peer is seen to renege (RFC 2018 §8). Data stays in the output chain until cumulatively acknowledged.
+//
+// Keep-alive (RFC 9293 §3.8.4, RFC 1122 §4.2.3.6; tcb_idle.cc): off unless set_keepalive() (the
+// listening socket's so_keepalive=); after idle_ms with nothing received, a probe SEG.SEQ = SND.NXT - 1
+// every interval_ms; `probes` unanswered probes abort the connection with ETIMEDOUT.
 #pragma once
 
 #include <netinet/in.h>
@@ -24,6 +34,7 @@
 #include "core/reactor/timer_wheel.hh"
 #include "kernel-bypass/tcpip/congestion.hh"
 #include "kernel-bypass/tcpip/isn.hh"
+#include "kernel-bypass/tcpip/sack_scoreboard.hh"
 #include "kernel-bypass/tcpip/tcp_segment.hh"
 
 namespace kosoku::tcpip {
@@ -77,6 +88,16 @@ class Tcb final : public net::Stream {
   bool timestamps() const { return ts_ok_; }
   uint32_t ts_recent() const { return ts_recent_; }
   size_t buffer_bytes() const { return in_cap_ + out_block_bytes_; }
+  /// Bytes this connection holds: sizeof(Tcb) + buffers + out-of-order data + SACK scoreboard (what
+  /// TcpStats::memory_bytes sums).
+  size_t memory_bytes() const;
+  bool sack_permitted() const { return sack_ok_; }
+  const SackScoreboard& scoreboard() const { return sb_; }
+  bool in_recovery() const { return cc_.in_recovery(); }
+  /// Keep-alive: idle_ms of silence before the first probe, interval_ms between probes, abort after
+  /// `probes` unanswered ones (ETIMEDOUT). idle_ms = 0 turns it off.
+  void set_keepalive(uint64_t idle_ms, uint64_t interval_ms, unsigned probes);
+  bool keepalive() const { return ka_idle_ms_ != 0; }
 
   // ---- net::Stream ----
   std::span<const char> input() const override { return {in_buf_ + in_begin_, in_end_ - in_begin_}; }
@@ -95,7 +116,7 @@ class Tcb final : public net::Stream {
   uint16_t local_port() const override { return tuple_.local_port; }
 
  private:
-  enum class TimerKind : uint8_t { kRetransmit, kDelayedAck, kPersist, kTimeWait, kLinger, kNotify };
+  enum class TimerKind : uint8_t { kRetransmit, kDelayedAck, kPersist, kTimeWait, kLinger, kNotify, kKeepalive };
   struct TcbTimer final : reactor::Timer {
     Tcb* tcb;
     TimerKind kind;
@@ -112,6 +133,9 @@ class Tcb final : public net::Stream {
   void on_timer(TimerKind k);
   void on_retransmit_timer();
   void on_persist_timer();
+  void on_keepalive_timer();
+  /// Keep-alive from the listening socket this passive connection came through (so_keepalive=).
+  void keepalive_from_listener();
   void arm(TcbTimer& t, uint64_t delay_ms);
 
   // Input processing steps.
@@ -125,6 +149,9 @@ class Tcb final : public net::Stream {
 
   // Output.
   void output();
+  /// Sends the next new segment within `wnd` bytes of SND.UNA (sender SWS avoidance applies); false when
+  /// nothing could be sent.
+  bool send_next(uint32_t wnd);
   /// Sends one segment: `len` payload bytes from sequence `seq` (0 for control segments).
   void send_segment(SeqNum seq, size_t len, uint8_t flags);
   void send_ack() { send_segment(snd_nxt_, 0, tcp_flag::kAck); }
@@ -140,6 +167,21 @@ class Tcb final : public net::Stream {
   void append_block(OutBlock* b);
   SeqNum fin_seq() const { return data_seq_ + static_cast<uint32_t>(out_bytes_); }
   bool fin_acked() const { return fin_sent_ && snd_una_ > fin_seq(); }
+
+  // SACK (tcb_sack.cc). sack_ack: the SACK part of an ACK (after the cumulative part); `advanced`:
+  // SND.UNA moved by `acked` octets; `dup_candidate`: RFC 5681 duplicate-ACK conditions (a)-(d) hold.
+  void sack_ack(const TcpSegment& seg, bool advanced, uint32_t acked, bool dup_candidate);
+  /// RFC 6675 §5 (C): while cwnd - pipe ≥ 1 SMSS, send what NextSeg() picks.
+  void sack_send();
+  /// Retransmits up to `len` octets from `seq` (data, and the FIN if the range reaches it).
+  void sack_retransmit(SeqNum seq, uint32_t len);
+  void sack_on_timeout();
+  /// Receiver: an out-of-order segment at `seq` arrived (becomes the first SACK block).
+  void sack_note_ooo(SeqNum seq);
+  /// Receiver: fills o->sack with the blocks for an outgoing ACK (RFC 2018 §4).
+  void sack_fill(TcpOptions* o);
+  bool ooo_range(SeqNum anchor, SackBlock* out) const;
+  void update_memory();
 
   // State changes and endings.
   void enter(TcpState s);
@@ -174,7 +216,7 @@ class Tcb final : public net::Stream {
   uint16_t mss_ = 536;           // payload bytes per segment (options excluded)
   uint16_t peer_mss_ = 536;
   uint8_t snd_wscale_ = 0, rcv_wscale_ = 0;
-  bool ws_ok_ = false, ts_ok_ = false;
+  bool ws_ok_ = false, ts_ok_ = false, sack_ok_ = false;
   uint32_t ts_recent_ = 0;
   uint32_t ts_offset_ = 0;
 
@@ -211,6 +253,20 @@ class Tcb final : public net::Stream {
   TcbTimer linger_timer_{this, TimerKind::kLinger};
   TcbTimer notify_timer_{this, TimerKind::kNotify};  // deferred on_readable after resume_reading
   std::vector<char> scratch_;  // reserve() target after close (writes are discarded)
+
+  // SACK sender (RFC 6675 HighRxt, rescue retransmission) and receiver (most recent blocks, by an octet in
+  // each).
+  SackScoreboard sb_;
+  SeqNum high_rxt_;
+  bool rescue_done_ = false;
+  uint8_t sack_recent_count_ = 0;
+  SeqNum sack_recent_[TcpOptions::kMaxSackBlocks];
+  // Keep-alive.
+  uint64_t ka_idle_ms_ = 0, ka_interval_ms_ = 0;
+  unsigned ka_probes_ = 0, ka_unanswered_ = 0;
+  uint64_t last_heard_ms_ = 0;
+  TcbTimer keepalive_timer_{this, TimerKind::kKeepalive};
+  size_t accounted_bytes_ = 0;  // what this TCB added to TcpStats::memory_bytes
 };
 
 }  // namespace kosoku::tcpip

@@ -80,7 +80,10 @@ class Link {
     int counts[4] = {};  // per Match
   };
 
-  explicit Link(TcpConfig conf = TcpConfig{}) {
+  explicit Link(TcpConfig conf = TcpConfig{}) : Link(conf, conf) {}
+  /// Side 0 runs with conf0, side 1 with conf1 (e.g. only one side offers SACK).
+  Link(TcpConfig conf0, TcpConfig conf1) {
+    const TcpConfig* confs[2] = {&conf0, &conf1};
     const char* addrs[2] = {"10.0.0.1", "10.0.0.2"};
     for (int i = 0; i < 2; ++i) {
       Side& s = side_[i];
@@ -89,7 +92,7 @@ class Link {
       ic.address = *Ipv4Addr::parse(addrs[i]);
       ic.prefix_len = 24;
       s.ip = std::make_unique<Interface>(*s.end, ic);
-      s.tcp = std::make_unique<TcpStack>(*s.ip, timers_, clock_, s.core_stats, conf);
+      s.tcp = std::make_unique<TcpStack>(*s.ip, timers_, clock_, s.core_stats, *confs[i]);
     }
   }
 
@@ -295,6 +298,20 @@ struct Source final : net::StreamHandler {
     stream = nullptr;
   }
 };
+
+/// Listens on side 1 (`port`, backlog 16, optional listening-socket settings) and connects side 0 to it with
+/// `source` kept open (its `data`, if any, is sent); runs until both ends are established. Returns the client
+/// stream, or null if the listen or the handshake (within 1 s) failed.
+inline net::Stream* connect_kept_open(Link& link, Sink& sink, Source& source, uint16_t port,
+                                      const config::ListenSocket* socket = nullptr) {
+  source.keep_open = true;
+  if (link.tcp(1).listen_port(port, 16, sink, socket) != 0) return nullptr;
+  std::string err;
+  net::Stream* c = link.tcp(0).connect_from(0, link.addr(1), port, source, &err);
+  if (c == nullptr) return nullptr;
+  if (!link.run_until([&] { return source.connected && sink.accepted == 1; }, 1000)) return nullptr;
+  return c;
+}
 
 inline std::string pattern_bytes(size_t n, uint32_t seed) {
   std::mt19937 r(seed);

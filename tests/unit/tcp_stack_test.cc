@@ -106,7 +106,9 @@ TEST(TcpStack, DroppedSegmentIsFastRetransmitted) {
 }
 
 TEST(TcpStack, TwoLossesInOneWindowRecoverWithNewRenoPartialAck) {
-  Link link;
+  TcpConfig no_sack;
+  no_sack.sack = false;  // NewReno (RFC 6582) is what peers without SACK get
+  Link link(no_sack);
   link.add_fault({.from = 0, .match = Match::kData, .nth = 6, .action = Action::kDrop});
   link.add_fault({.from = 0, .match = Match::kData, .nth = 9, .action = Action::kDrop});
   Transfer t(link, 256 * 1024);

@@ -1,0 +1,196 @@
+// Tcb: SACK (RFC 2018) blocks as receiver, and RFC 6675 SACK-based loss recovery as sender.
+//
+// Sender, per ACK (sack_ack, called by process_ack after the cumulative part):
+//   1. SND.UNA moved: the scoreboard drops what is now cumulatively acknowledged. If the octet at SND.UNA is
+//      still marked SACKed the peer reneged (RFC 2018 §8: it discarded data it had SACKed): count it and
+//      forget every SACKed bit; the retransmission timer recovers whatever is missing.
+//   2. Update() with the ACK's blocks. An ACK at SND.UNA that newly SACKs octets is a duplicate (RFC 6675 §2).
+//   3. Not in recovery, and DupAcks ≥ DupThresh or IsLost(SND.UNA): enter recovery (§5 step 4):
+//      RecoveryPoint = HighData, ssthresh = cwnd = FlightSize / 2, retransmit the first segment. Before
+//      that, each of the first two duplicates may send one new segment (limited transmit, RFC 3042).
+//   4. In recovery: while cwnd - pipe ≥ SMSS, send NextSeg(): rule 1 the first lost hole above HighRxt,
+//      rule 2 new data, rule 3 any hole below the highest SACK, rule 4 one rescue retransmission of the
+//      highest unSACKed segment. A cumulative ACK at RecoveryPoint ends recovery.
+// An RTO ends recovery, clears the scoreboard (RFC 2018 §8) and sets RecoveryPoint = HighData; no new
+// recovery starts before SND.UNA reaches it (§5.1). Blocks that arrive after the RTO are used again: the
+// go-back retransmission skips octets SACKed since (send_next).
+#include <algorithm>
+
+#include "kernel-bypass/tcpip/tcb.hh"
+#include "kernel-bypass/tcpip/tcp_stack.hh"
+
+namespace kosoku::tcpip {
+
+using namespace tcp_flag;
+
+// ---------------------------------------------------------------- receiver
+
+namespace {
+// Calls f(SackBlock) for each range of touching/overlapping segments of the sorted out-of-order queue, in
+// ascending order, until f returns false.
+template <typename Segments, typename F>
+void merged_ranges(const Segments& q, F f) {
+  size_t i = 0;
+  while (i < q.size()) {
+    SeqNum left = q[i].seq;
+    SeqNum right = left + static_cast<uint32_t>(q[i].data.size());
+    size_t j = i + 1;
+    for (; j < q.size() && q[j].seq <= right; ++j) {
+      right = std::max(right, q[j].seq + static_cast<uint32_t>(q[j].data.size()));
+    }
+    if (left < right && !f(SackBlock{left, right})) return;
+    i = j;
+  }
+}
+}  // namespace
+
+bool Tcb::ooo_range(SeqNum anchor, SackBlock* out) const {
+  bool found = false;
+  merged_ranges(ooo_, [&](const SackBlock& r) {
+    if (r.left <= anchor && anchor < r.right) {
+      *out = r;
+      found = true;
+    }
+    return !found && r.left <= anchor;
+  });
+  return found;
+}
+
+void Tcb::sack_note_ooo(SeqNum seq) {
+  SackBlock fresh;
+  if (!ooo_range(seq, &fresh)) return;
+  // Move to front; drop remembered octets that now fall in the same (merged) block.
+  uint8_t n = 0;
+  SeqNum keep[TcpOptions::kMaxSackBlocks];
+  keep[n++] = seq;
+  for (uint8_t i = 0; i < sack_recent_count_ && n < TcpOptions::kMaxSackBlocks; ++i) {
+    SeqNum a = sack_recent_[i];
+    if (fresh.left <= a && a < fresh.right) continue;
+    keep[n++] = a;
+  }
+  std::copy(keep, keep + n, sack_recent_);
+  sack_recent_count_ = n;
+}
+
+void Tcb::sack_fill(TcpOptions* o) {
+  uint8_t kept = 0;
+  for (uint8_t i = 0; i < sack_recent_count_; ++i) {
+    SeqNum a = sack_recent_[i];
+    SackBlock b;
+    if (a < rcv_nxt_ || !ooo_range(a, &b)) continue;  // delivered since, or gone (reneged after close)
+    bool dup = false;
+    for (uint8_t k = 0; k < o->sack_count; ++k) dup = dup || o->sack[k] == b;
+    if (dup) continue;
+    sack_recent_[kept++] = a;
+    o->sack[o->sack_count++] = b;
+  }
+  sack_recent_count_ = kept;
+  // Slots left (more holes than were ever remembered): the highest ranges of the queue, from the top.
+  if (o->sack_count < TcpOptions::kMaxSackBlocks) {
+    SackBlock top[TcpOptions::kMaxSackBlocks];
+    size_t n = 0;  // ring of the last ranges of the queue
+    merged_ranges(ooo_, [&](const SackBlock& r) {
+      if (rcv_nxt_ <= r.left) top[n++ % TcpOptions::kMaxSackBlocks] = r;
+      return true;
+    });
+    size_t have = std::min(n, TcpOptions::kMaxSackBlocks);
+    for (size_t k = 0; k < have && o->sack_count < TcpOptions::kMaxSackBlocks; ++k) {
+      const SackBlock& b = top[(n - 1 - k) % TcpOptions::kMaxSackBlocks];
+      bool dup = false;
+      for (uint8_t m = 0; m < o->sack_count; ++m) dup = dup || o->sack[m] == b;
+      if (!dup) o->sack[o->sack_count++] = b;
+    }
+  }
+  if (o->sack_count > 0) ++stack_.stats_.sack_blocks_out;
+}
+
+// ---------------------------------------------------------------- sender
+
+void Tcb::sack_ack(const TcpSegment& seg, bool advanced, uint32_t acked, bool dup_candidate) {
+  if (advanced) {
+    sb_.advance(snd_una_);
+    if (high_rxt_ < snd_una_) high_rxt_ = snd_una_;
+    if (sb_.sacked(snd_una_)) {  // RFC 2018 §8: the peer dropped data it had SACKed
+      ++stack_.stats_.sack_reneging;
+      sb_.clear();
+    }
+  }
+  uint32_t newly = sb_.update(snd_una_, snd_max_, {seg.options.sack, seg.options.sack_count});
+  if (advanced) {
+    if (cc_.in_recovery()) {
+      cc_.on_sack_recovery_ack(snd_una_);
+    } else {
+      cc_.on_ack(snd_una_, acked, snd_max_ - snd_una_);
+    }
+  } else if (dup_candidate && newly > 0) {
+    ++stack_.stats_.dup_acks_in;
+    cc_.count_dupack();
+  }
+  if (!cc_.in_recovery() && snd_max_ > snd_una_ && cc_.may_enter_sack_recovery(snd_una_) &&
+      (cc_.dupacks() >= SackScoreboard::kDupThresh || sb_.lost_boundary(snd_una_, mss_) > snd_una_)) {
+    cc_.enter_sack_recovery(snd_max_ - snd_una_, snd_max_);
+    ++stack_.stats_.fast_retransmits;
+    ++stack_.stats_.sack_recoveries;
+    snd_nxt_ = snd_max_;
+    high_rxt_ = snd_una_;
+    rescue_done_ = false;
+    SackBlock hole{snd_una_, snd_una_ + mss_};
+    if (!sb_.empty()) sb_.first_hole(snd_una_, sb_.highest_sacked(), &hole);
+    uint32_t len = std::min<uint32_t>(mss_, static_cast<uint32_t>(hole.right - hole.left));
+    sack_retransmit(snd_una_, len);  // step (4.3): the first segment presumed lost
+    high_rxt_ = snd_una_ + len;
+    arm_retransmit();
+  } else if (!advanced && dup_candidate && newly > 0 && !cc_.in_recovery() && cc_.dupacks() < 3) {
+    // RFC 3042 limited transmit (RFC 6675 §5 step 2): one new segment per duplicate ACK, keeping at most
+    // cwnd + 2·SMSS outstanding, so that small windows still produce DupThresh duplicates.
+    send_next(std::min({snd_wnd_, stack_.conf_.send_window_bytes, cc_.cwnd() + 2 * mss_}));
+  }
+  update_memory();
+}
+
+void Tcb::sack_retransmit(SeqNum seq, uint32_t len) {
+  if (seq < data_seq_) return;
+  size_t off = static_cast<size_t>(seq - data_seq_);
+  size_t data = off < out_bytes_ ? std::min<size_t>(len, out_bytes_ - off) : 0;
+  bool fin = fin_sent_ && seq + static_cast<uint32_t>(data) == fin_seq() && seq + len > fin_seq();
+  if (data == 0 && !fin) return;
+  send_segment(seq, data, kAck | (fin ? kFin : 0));
+  ++stack_.stats_.retransmits;
+  timing_ = false;  // Karn
+  if (!rtx_timer_.armed()) arm_retransmit();
+}
+
+void Tcb::sack_send() {
+  uint32_t wnd = std::min(snd_wnd_, stack_.conf_.send_window_bytes);
+  for (unsigned guard = 0; guard < 4096; ++guard) {
+    if (sb_.pipe(snd_una_, snd_max_, high_rxt_, mss_) + mss_ > cc_.cwnd()) break;
+    SeqNum from = std::max(high_rxt_, snd_una_);
+    SackBlock hole;
+    bool rule1 = sb_.first_hole(from, sb_.lost_boundary(snd_una_, mss_), &hole);
+    if (!rule1 && snd_nxt_ == snd_max_ && send_next(wnd)) continue;  // rule 2: new data
+    if (rule1 || (!sb_.empty() && sb_.first_hole(from, sb_.highest_sacked(), &hole))) {  // rules 1 and 3
+      uint32_t len = std::min<uint32_t>(mss_, static_cast<uint32_t>(hole.right - hole.left));
+      sack_retransmit(hole.left, len);
+      high_rxt_ = hole.left + len;
+      continue;
+    }
+    if (!rescue_done_) {  // rule 4: one rescue retransmission per recovery; HighRxt is left alone
+      rescue_done_ = true;
+      SeqNum end = sb_.highest_unsacked_end(snd_una_, snd_max_);
+      if (snd_una_ < end) {
+        SeqNum start = std::max(snd_una_, end - mss_);
+        sack_retransmit(start, static_cast<uint32_t>(end - start));
+        continue;
+      }
+    }
+    break;
+  }
+}
+
+void Tcb::sack_on_timeout() {
+  sb_.clear();  // RFC 2018 §8 / RFC 6675 §5.1
+  high_rxt_ = snd_una_;
+  rescue_done_ = false;
+}
+
+}  // namespace kosoku::tcpip

@@ -1,0 +1,32 @@
+#include "kernel-bypass/tcpip/tcp_metrics.hh"
+
+namespace kosoku::tcpip {
+
+void append_tcp_metrics(const TcpStack& tcp, const std::vector<std::pair<std::string, std::string>>& labels,
+                        stats::ExtraSection* out) {
+  const TcpStats& t = tcp.stats();
+  auto add = [&](const char* name, const char* help, stats::ExtraMetric::Type type, uint64_t v) {
+    out->metrics.push_back(stats::ExtraMetric{name, help, type, labels, static_cast<double>(v)});
+  };
+  constexpr auto kGauge = stats::ExtraMetric::Type::kGauge;
+  constexpr auto kCounter = stats::ExtraMetric::Type::kCounter;
+  add("dpdk_tcp_memory_bytes", "Bytes held by TCP connections (TCBs, TIME_WAIT included, and their buffers)",
+      kGauge, t.memory_bytes);
+  add("dpdk_tcp_idle_connection_bytes", "Bytes of one TCP connection's TCB, without buffers", kGauge,
+      tcp.idle_connection_bytes());
+  add("dpdk_tcp_time_wait", "TCP connections in TIME-WAIT", kGauge, t.time_wait);
+  add("dpdk_tcp_fast_retransmits_total", "TCP loss recoveries entered on duplicate ACKs or SACK", kCounter,
+      t.fast_retransmits);
+  add("dpdk_tcp_rto_expired_total", "TCP retransmission timeouts", kCounter, t.rto_expired);
+  add("dpdk_tcp_sack_recoveries_total", "TCP RFC 6675 SACK loss recoveries", kCounter, t.sack_recoveries);
+  add("dpdk_tcp_sack_reneging_total", "TCP peers seen discarding data they had SACKed", kCounter,
+      t.sack_reneging);
+  add("dpdk_tcp_sack_blocks_out_total", "TCP segments sent carrying SACK blocks", kCounter, t.sack_blocks_out);
+  add("dpdk_tcp_keepalive_probes_total", "TCP keep-alive probes sent", kCounter, t.keepalive_probes);
+  add("dpdk_tcp_keepalive_timeouts_total", "TCP connections aborted: keep-alive probes unanswered", kCounter,
+      t.keepalive_timeouts);
+  add("dpdk_tcp_timeouts_total", "TCP connections aborted: retransmissions unanswered", kCounter, t.timeouts);
+  add("dpdk_tcp_out_of_order_in_total", "TCP segments received out of order", kCounter, t.out_of_order_in);
+}
+
+}  // namespace kosoku::tcpip
