@@ -14,6 +14,7 @@
 #include "core/net/stack_factory.hh"
 #include "kernel-bypass/dpdk/eal.hh"
 #include "kernel-bypass/dpdk/port.hh"
+#include "kernel-bypass/tcpip/tcp_metrics.hh"
 
 namespace kosoku::dpdk {
 
@@ -146,6 +147,7 @@ stats::ExtraSection backend_stats_section() {
     add("dpdk_tcp_retransmits_total", "TCP segments retransmitted", t.retransmits);
     add("dpdk_tcp_bad_checksum_total", "TCP segments with a bad checksum", t.bad_checksum);
     add("dpdk_tcp_resets_out_total", "TCP RSTs sent", t.rst_out);
+    tcpip::append_tcp_metrics(cs->tcp(), l, &s);  // memory per connection, SACK, RTO, keep-alive
   }
   return s;
 }
