@@ -86,7 +86,6 @@ class HttpConnection final : public net::StreamHandler,
   HttpConnection(HttpServer& srv, net::Stream& s, const config::ListenSocket& ls)
       : srv_(srv), core_(srv.core()), stream_(&s), listen_(ls) {
     req_.fields = std::span<HeaderField>(fields_, kMaxFields);
-    remote_addr_.assign(s.peer_text());
     server_port_ = s.local_port();
     id_ = ++srv.connection_counter;
     const config::ServerConf& def = *ls.default_server;
@@ -133,6 +132,8 @@ class HttpConnection final : public net::StreamHandler,
     }
   }
   void on_closed(net::Stream&, int error) override {
+    // A request still in progress may log $remote_addr after this: keep the address while the stream is there.
+    if (state_ == State::kBusy) remote_addr();
     stream_ = nullptr;
     reactor::Timer* t = this;
     core_.reactor->timers().cancel(*t);
@@ -156,16 +157,16 @@ class HttpConnection final : public net::StreamHandler,
     if (state_ == State::kReadingHead && !stream_->input().empty()) {
       // client_header_timeout: answer 408 and close.
       KOSOKU_LOG(kInfo, "client timed out (110: Connection timed out) while reading client request headers, "
-                 "client: %s", remote_addr_);
+                 "client: %s", remote_addr());
       send_simple_error(408);
       return;
     }
     if (state_ == State::kDiscardBody) {
       KOSOKU_LOG(kInfo, "client timed out (110: Connection timed out) while reading client request body, "
-                 "client: %s", remote_addr_);
+                 "client: %s", remote_addr());
     } else if (state_ == State::kBusy) {
       KOSOKU_LOG(kInfo, "client timed out (110: Connection timed out) while sending response to client, "
-                 "client: %s", remote_addr_);
+                 "client: %s", remote_addr());
     }
     close(net::Stream::Close::kAbort);
   }
@@ -180,7 +181,14 @@ class HttpConnection final : public net::StreamHandler,
   const config::ServerConf& server() const override { return *server_; }
   const config::LocationConf& location() const override { return *loc_; }
   const CoreContext& core() const override { return core_; }
-  std::string_view remote_addr() const override { return remote_addr_; }
+  /// Looked up on first use ($remote_addr, X-Forwarded-For, logs): no getpeername for requests that never ask.
+  std::string_view remote_addr() const override {
+    if (!remote_addr_known_ && stream_ != nullptr) {
+      remote_addr_.assign(stream_->peer_text());
+      remote_addr_known_ = !remote_addr_.empty();
+    }
+    return remote_addr_;
+  }
   uint16_t server_port() const override { return server_port_; }
   uint64_t connection_id() const override { return id_; }
   uint64_t connection_requests() const override { return requests_; }
@@ -331,7 +339,8 @@ class HttpConnection final : public net::StreamHandler,
   std::string head_buf_;
   std::string uri_;
   std::string host_lower_;
-  std::string remote_addr_;
+  mutable std::string remote_addr_;
+  mutable bool remote_addr_known_ = false;
   uint16_t server_port_ = 0;
   uint64_t id_ = 0;
   const config::ServerConf* server_ = nullptr;
@@ -474,6 +483,8 @@ void HttpConnection::run_phases() {
     return;
   }
   loc_ = server_->find_location(uri_);
+  // A logged request keeps its client address even if the client resets before the response is done.
+  if (!loc_->access_log.empty()) remote_addr();
   if (chunked_.has_value()) chunked_.emplace(ChunkedLimits{.max_body_size = loc_->client_max_body_size});
   if (loc_->keepalive_timeout_ms == 0 || requests_ >= loc_->keepalive_requests) keep_alive_ = false;
 
@@ -491,7 +502,7 @@ void HttpConnection::run_phases() {
   }
 
   // ACCESS phase: allow/deny.
-  if (!access_allowed(*loc_, stream_->peer())) {
+  if (!loc_->access.empty() && !access_allowed(*loc_, stream_->peer())) {
     KOSOKU_LOG(kError, "access forbidden by rule, client: %s, request: \"%s %s\"", stream_->peer_text(),
                req_.method_text, req_.target);
     respond(403, {}, {});
@@ -697,7 +708,7 @@ void HttpConnection::finish() {
   log_request();
   if (stream_ == nullptr) return;
   if (!keep_alive_) {
-    stream_->flush();
+    // close() sends what is pending (no flush first: the stream can then send the last bytes with the FIN).
     // An unread request body means more bytes are on their way: linger so they cannot reset the answer.
     close(body_done_ ? net::Stream::Close::kGraceful : net::Stream::Close::kLinger);
     return;

@@ -26,6 +26,8 @@ constexpr size_t kMaxInput = 1 << 20;       // input kept while the handler does
 constexpr uint64_t kLingeringTimeoutMs = 5000;   // nginx lingering_timeout default
 constexpr uint64_t kLingeringTimeMs = 30000;     // nginx lingering_time default: bound on the whole close
 constexpr size_t kReclaimBatch = 32;             // idle connections closed at once at the limit (nginx: 32)
+constexpr size_t kInBuf = 4096;                  // first input buffer of a stream (grows by doubling)
+constexpr size_t kPoolMax = 256;                 // buffers of each kind kept per core for reuse
 
 // An output block: owned bytes in data[], or (ref != nullptr) a reference to caller-owned bytes.
 struct OutBlock {
@@ -77,7 +79,46 @@ struct KernelStack::Impl {
     void complete(int32_t, uint32_t) override {}
   } null_op;
 
+  // Per-core free lists of the per-connection buffers (4 KiB input buffers, kMinBlock output blocks): a
+  // connection per request would otherwise malloc and free both every time. Bounded: beyond kPoolMax the
+  // memory goes back to the allocator.
+  std::vector<char*> free_in_bufs;
+  std::vector<OutBlock*> free_blocks;
+
   Impl(reactor::Reactor& r, stats::CoreStats& s, uint32_t max) : reactor(r), stats(s), max_streams(max) {}
+  ~Impl() {
+    for (char* b : free_in_bufs) std::free(b);
+    for (OutBlock* b : free_blocks) std::free(b);
+  }
+  char* take_in_buf() {
+    if (free_in_bufs.empty()) return static_cast<char*>(std::malloc(kInBuf));
+    char* b = free_in_bufs.back();
+    free_in_bufs.pop_back();
+    return b;
+  }
+  void give_in_buf(char* b, size_t cap) {
+    if (cap == kInBuf && free_in_bufs.size() < kPoolMax) {
+      free_in_bufs.push_back(b);
+    } else {
+      std::free(b);
+    }
+  }
+  OutBlock* take_block(size_t cap) {
+    if (cap != kMinBlock || free_blocks.empty()) return new_block(cap);
+    OutBlock* b = free_blocks.back();
+    free_blocks.pop_back();
+    b->next = nullptr;
+    b->ref = nullptr;
+    b->begin = b->end = 0;
+    return b;
+  }
+  void give_block(OutBlock* b) {
+    if (b->ref == nullptr && b->cap == kMinBlock && free_blocks.size() < kPoolMax) {
+      free_blocks.push_back(b);
+    } else {
+      std::free(b);
+    }
+  }
 
   char* buf_addr(unsigned bid) { return buf_base + static_cast<size_t>(bid) * kBufSize; }
   void recycle(unsigned bid) {
@@ -148,7 +189,7 @@ class KernelStream final : public Stream {
   }
   std::span<char> reserve(size_t min_bytes) override {
     if (tail_ == nullptr || tail_->ref != nullptr || tail_->cap - tail_->end < min_bytes) {
-      append_block(new_block(min_bytes > kMinBlock ? min_bytes : kMinBlock));
+      append_block(stack_.take_block(min_bytes > kMinBlock ? min_bytes : kMinBlock));
     }
     return {tail_->data + tail_->end, tail_->cap - tail_->end};
   }
@@ -176,26 +217,39 @@ class KernelStream final : public Stream {
   size_t pending_output() const override { return pending_; }
   void set_low_water(size_t bytes) override { low_water_ = bytes; }
   void close(Close how) override;
-  const sockaddr* peer() const override { return reinterpret_cast<const sockaddr*>(&peer_); }
-  std::string_view peer_text() const override { return peer_text_; }
+  // The peer address is looked up on first use (getpeername), not per accept: the multishot accept cannot return
+  // it, and most requests never need it ($remote_addr, allow/deny, logs, X-Forwarded-For do).
+  const sockaddr* peer() const override {
+    resolve_peer();
+    return reinterpret_cast<const sockaddr*>(&peer_);
+  }
+  std::string_view peer_text() const override {
+    resolve_peer();
+    return std::string_view(peer_text_, peer_text_len_);
+  }
   uint16_t local_port() const override { return local_port_; }
 
-  void init_addresses() {
+  void resolve_peer() const {
+    if (peer_known_) return;
     socklen_t len = sizeof(peer_);
-    if (getpeername(fd_, reinterpret_cast<sockaddr*>(&peer_), &len) == 0) {
-      char buf[INET6_ADDRSTRLEN] = {};
-      if (peer_.ss_family == AF_INET) {
-        inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(&peer_)->sin_addr, buf, sizeof(buf));
-      } else if (peer_.ss_family == AF_INET6) {
-        auto* a6 = reinterpret_cast<sockaddr_in6*>(&peer_);
-        if (IN6_IS_ADDR_V4MAPPED(&a6->sin6_addr)) {
-          inet_ntop(AF_INET, &a6->sin6_addr.s6_addr[12], buf, sizeof(buf));
-        } else {
-          inet_ntop(AF_INET6, &a6->sin6_addr, buf, sizeof(buf));
-        }
+    if (fd_ < 0 || getpeername(fd_, reinterpret_cast<sockaddr*>(&peer_), &len) != 0) return;  // retried later
+    set_peer_text();
+  }
+  void set_peer_text() const {
+    peer_known_ = true;
+    char* buf = peer_text_;
+    buf[0] = '\0';
+    if (peer_.ss_family == AF_INET) {
+      inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(&peer_)->sin_addr, buf, sizeof(peer_text_));
+    } else if (peer_.ss_family == AF_INET6) {
+      auto* a6 = reinterpret_cast<const sockaddr_in6*>(&peer_);
+      if (IN6_IS_ADDR_V4MAPPED(&a6->sin6_addr)) {
+        inet_ntop(AF_INET, &a6->sin6_addr.s6_addr[12], buf, sizeof(peer_text_));
+      } else {
+        inet_ntop(AF_INET6, &a6->sin6_addr, buf, sizeof(peer_text_));
       }
-      peer_text_ = buf;
     }
+    peer_text_len_ = static_cast<uint8_t>(std::strlen(buf));
   }
   /// Accepted streams: the local port is the listener's (no getsockname per connection).
   void set_local_port(uint16_t port) { local_port_ = port; }
@@ -237,10 +291,10 @@ class KernelStream final : public Stream {
   ~KernelStream() {
     while (head_ != nullptr) {
       OutBlock* n = head_->next;
-      std::free(head_);
+      stack_.give_block(head_);
       head_ = n;
     }
-    std::free(in_buf_);
+    if (in_buf_ != nullptr) stack_.give_in_buf(in_buf_, in_cap_);
   }
 
   void arm_recv() {
@@ -265,9 +319,18 @@ class KernelStream final : public Stream {
         in_begin_ = 0;
       }
       if (in_end_ + n > in_cap_) {
-        size_t cap = in_cap_ ? in_cap_ : 4096;
+        size_t cap = in_cap_ ? in_cap_ : kInBuf;
         while (cap < in_end_ + n) cap *= 2;
-        in_buf_ = static_cast<char*>(std::realloc(in_buf_, cap));
+        if (in_buf_ == nullptr && cap == kInBuf) {
+          in_buf_ = stack_.take_in_buf();
+        } else if (in_cap_ == kInBuf) {
+          char* bigger = static_cast<char*>(std::malloc(cap));  // the pooled buffer goes back to the pool
+          if (bigger != nullptr) std::memcpy(bigger, in_buf_, in_end_);
+          stack_.give_in_buf(in_buf_, in_cap_);
+          in_buf_ = bigger;
+        } else {
+          in_buf_ = static_cast<char*>(std::realloc(in_buf_, cap));
+        }
         if (in_buf_ == nullptr) std::abort();
         in_cap_ = cap;
       }
@@ -333,7 +396,7 @@ class KernelStream final : public Stream {
       fail(-res);
       return;
     }
-    init_addresses();
+    set_peer_text();  // the address connected to
     arm_recv();
     if (!closing_) handler_->on_connected(*this);
     flush();
@@ -373,7 +436,7 @@ class KernelStream final : public Stream {
         }
         if (head_ == tail_) tail_ = nullptr;
         OutBlock* next = head_->next;
-        std::free(head_);
+        stack_.give_block(head_);
         head_ = next;
       }
     }
@@ -418,10 +481,16 @@ class KernelStream final : public Stream {
   void maybe_destroy() {
     if (depth_ > 0 || !dead_ || recv_armed_ || send_in_flight_ || connecting_ || rearm_pending_ || destroyed_) return;
     destroyed_ = true;
-    ::close(fd_);
     StreamHandler* h = handler_;
     handler_ = nullptr;
-    if (h != nullptr) h->on_closed(*this, close_error_);
+    if (h != nullptr) h->on_closed(*this, close_error_);  // the fd is still open: peer() works in on_closed
+    // Closed through the ring (no close(2) per connection): the SQE goes out with this iteration's submit, and
+    // the descriptor number stays taken until then, so it cannot be reused early. The FIN (with the unsent tail
+    // of the response, see flush()) leaves then.
+    io_uring_sqe* sqe = stack_.reactor.sqe(&stack_.null_op);
+    io_uring_prep_close(sqe, fd_);
+    sqe->flags |= IOSQE_CQE_SKIP_SUCCESS;
+    fd_ = -1;
     stack_.stream_closed();
     delete this;
   }
@@ -429,8 +498,10 @@ class KernelStream final : public Stream {
   KernelStack::Impl& stack_;
   int fd_;
   StreamHandler* handler_ = nullptr;
-  sockaddr_storage peer_{};
-  std::string peer_text_;
+  mutable sockaddr_storage peer_{};
+  mutable char peer_text_[INET6_ADDRSTRLEN] = {};
+  mutable uint8_t peer_text_len_ = 0;
+  mutable bool peer_known_ = false;
   uint16_t local_port_ = 0;
 
   char* in_buf_ = nullptr;
@@ -470,7 +541,11 @@ void KernelStream::flush() {
   msg_ = {};
   msg_.msg_iov = iov_;
   msg_.msg_iovlen = n;
-  io_uring_prep_sendmsg(stack_.reactor.sqe(&send_op_), fd_, &msg_, MSG_NOSIGNAL);
+  // Once close() was called no more output comes: MSG_MORE keeps the tail segment in the socket so the FIN of
+  // the close (or the lingering shutdown) rides on it. A response on a "Connection: close" connection is then
+  // one data+FIN packet instead of a data packet and a FIN packet: one packet, one wake-up of the peer and one
+  // ACK less per connection (Linux tcp_send_fin() marks the unsent tail skb).
+  io_uring_prep_sendmsg(stack_.reactor.sqe(&send_op_), fd_, &msg_, MSG_NOSIGNAL | (closing_ ? MSG_MORE : 0));
   send_in_flight_ = true;
 }
 
@@ -509,7 +584,6 @@ void KernelStack::Impl::on_accept(ListenerOp& l, int32_t res, uint32_t flags) {
     } else {
       // TCP_NODELAY is inherited from the listener (set once in open_listen_socket).
       auto* s = new KernelStream(*this, fd);
-      s->init_addresses();
       const sockaddr_storage& la = l.conf->conf.addr;
       s->set_local_port(ntohs(la.ss_family == AF_INET6 ? reinterpret_cast<const sockaddr_in6*>(&la)->sin6_port
                                                        : reinterpret_cast<const sockaddr_in*>(&la)->sin_port));
@@ -554,6 +628,8 @@ KernelStack::KernelStack(reactor::Reactor& reactor, stats::CoreStats& stats, uin
 }
 
 KernelStack::~KernelStack() {
+  // Streams closed in the loop's last iteration queued their close SQEs after its final submit: send them now.
+  io_uring_submit(impl_->reactor.ring());
   for (auto& l : impl_->listeners) {
     if (l->fd >= 0) ::close(l->fd);
   }

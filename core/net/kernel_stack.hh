@@ -8,7 +8,12 @@
 //   - sends with IORING_OP_SENDMSG over a chain of output blocks (no copy on send);
 //   - outgoing streams (connect) use IORING_OP_CONNECT, then behave exactly like accepted ones;
 //   - graceful close = flush, shutdown(SHUT_WR), discard input until FIN or lingering timeout (5 s),
-//     like nginx's lingering_close.
+//     like nginx's lingering_close — only when unread input is there or more is expected; otherwise a plain
+//     close. Output sent after close() carries MSG_MORE, so the FIN rides on the last data segment (one
+//     packet less per "Connection: close" response); the descriptor is closed with IORING_OP_CLOSE.
+// Per connection (a new connection per request): no system call besides the shared io_uring_enter — the peer
+// address is looked up (getpeername) only when peer()/peer_text() is first called; input buffers and small
+// output blocks come from per-core free lists.
 // worker_connections is enforced per core: at the limit the multishot accept is cancelled and connections
 // wait in the kernel's backlog; accepting resumes below the limit.
 #pragma once
