@@ -23,16 +23,6 @@ const char* state_name(TcpState s) {
   return kNames[static_cast<int>(s)];
 }
 
-struct Tcb::OutBlock {
-  OutBlock* next;
-  const char* ref;  // caller-owned bytes (write_ref), or null: bytes in data[]
-  uint32_t cap;
-  uint32_t begin;
-  uint32_t end;
-  char data[];
-  const char* bytes() const { return ref != nullptr ? ref : data; }
-};
-
 Tcb::Tcb(TcpStack& stack, const FourTuple& tuple) : stack_(stack), tuple_(tuple) {
   peer_addr_.sin_family = AF_INET;
   peer_addr_.sin_addr.s_addr = htonl(tuple.remote.value);
@@ -542,7 +532,8 @@ void Tcb::on_timer(TimerKind k) {
       notify_readable();
       break;
     case TimerKind::kKeepalive:
-      on_keepalive_timer();
+    case TimerKind::kRelease:
+      on_idle_timer(k);
       break;
   }
 }
@@ -656,6 +647,7 @@ void Tcb::drop_acked(size_t n) {
       head_ = next;
     }
   }
+  if (out_bytes_ == 0) arm_release();  // everything acknowledged: the buffers may go if this lasts
   update_memory();
 }
 
@@ -864,7 +856,7 @@ void Tcb::enter(TcpState s) {
 void Tcb::enter_time_wait() {
   enter(TcpState::kTimeWait);
   for (TcbTimer* t : {&rtx_timer_, &delack_timer_, &persist_timer_, &linger_timer_, &notify_timer_,
-                      &keepalive_timer_}) {
+                      &keepalive_timer_, &release_timer_}) {
     if (t->armed()) stack_.timers_.cancel(*t);
   }
   ++stack_.stats_.time_wait;
@@ -886,7 +878,7 @@ void Tcb::terminate(int error) {
   if (state_ == TcpState::kTimeWait) --stack_.stats_.time_wait;
   enter(TcpState::kClosed);
   for (TcbTimer* t : {&rtx_timer_, &delack_timer_, &persist_timer_, &tw_timer_, &linger_timer_, &notify_timer_,
-                      &keepalive_timer_}) {
+                      &keepalive_timer_, &release_timer_}) {
     if (t->armed()) stack_.timers_.cancel(*t);
   }
   notify_closed(error);

@@ -19,6 +19,8 @@
 // recovery (tcb_sack.cc) replace NewReno's dupack inflation; the scoreboard is cleared on an RTO and when
 // the peer is seen to renege (RFC 2018 §8). Data stays in the output chain until cumulatively acknowledged.
 //
+// Idle connections (tcb_idle.cc): once everything sent is acknowledged and no input is held for 1 s, the
+// input buffer and the kept output block are freed, so an idle keep-alive connection costs its TCB only.
 // Keep-alive (RFC 9293 §3.8.4, RFC 1122 §4.2.3.6; tcb_idle.cc): off unless set_keepalive() (the
 // listening socket's so_keepalive=); after idle_ms with nothing received, a probe SEG.SEQ = SND.NXT - 1
 // every interval_ms; `probes` unanswered probes abort the connection with ETIMEDOUT.
@@ -116,14 +118,24 @@ class Tcb final : public net::Stream {
   uint16_t local_port() const override { return tuple_.local_port; }
 
  private:
-  enum class TimerKind : uint8_t { kRetransmit, kDelayedAck, kPersist, kTimeWait, kLinger, kNotify, kKeepalive };
+  enum class TimerKind : uint8_t {
+    kRetransmit, kDelayedAck, kPersist, kTimeWait, kLinger, kNotify, kKeepalive, kRelease,
+  };
   struct TcbTimer final : reactor::Timer {
     Tcb* tcb;
     TimerKind kind;
     TcbTimer(Tcb* t, TimerKind k) : tcb(t), kind(k) {}
     void fire() override { tcb->on_timer(kind); }
   };
-  struct OutBlock;
+  struct OutBlock {  // one malloc'd block of the output chain
+    OutBlock* next;
+    const char* ref;  // caller-owned bytes (write_ref), or null: bytes in data[]
+    uint32_t cap;
+    uint32_t begin;
+    uint32_t end;
+    char data[];
+    const char* bytes() const { return ref != nullptr ? ref : data; }
+  };
   struct OooSegment {
     SeqNum seq;
     std::string data;
@@ -133,7 +145,12 @@ class Tcb final : public net::Stream {
   void on_timer(TimerKind k);
   void on_retransmit_timer();
   void on_persist_timer();
+  /// kKeepalive: the keep-alive probe schedule; kRelease: free the buffers of a connection that stayed idle.
+  void on_idle_timer(TimerKind k);
   void on_keepalive_timer();
+  /// Arms the release timer (kReleaseIdleMs) unless it runs; when it fires with no input held and nothing to
+  /// send, the input buffer and the kept output block are freed (they come back on the next byte).
+  void arm_release();
   /// Keep-alive from the listening socket this passive connection came through (so_keepalive=).
   void keepalive_from_listener();
   void arm(TcbTimer& t, uint64_t delay_ms);
@@ -266,6 +283,7 @@ class Tcb final : public net::Stream {
   unsigned ka_probes_ = 0, ka_unanswered_ = 0;
   uint64_t last_heard_ms_ = 0;
   TcbTimer keepalive_timer_{this, TimerKind::kKeepalive};
+  TcbTimer release_timer_{this, TimerKind::kRelease};
   size_t accounted_bytes_ = 0;  // what this TCB added to TcpStats::memory_bytes
 };
 

@@ -1,5 +1,6 @@
-// Tcb: what an idle connection does and costs — keep-alive probes (RFC 9293 §3.8.4, RFC 1122 §4.2.3.6)
-// and the memory accounting behind TcpStats::memory_bytes.
+// Tcb: what an idle connection does and costs — keep-alive probes (RFC 9293 §3.8.4, RFC 1122 §4.2.3.6),
+// giving buffers back after kReleaseIdleMs without traffic, and the memory accounting behind
+// TcpStats::memory_bytes.
 //
 // Keep-alive follows Linux's timing, which nginx's so_keepalive= configures: the first probe after idle_ms
 // with nothing received from the peer, then one every interval_ms; when `probes` probes went unanswered, one
@@ -10,6 +11,7 @@
 #include <arpa/inet.h>
 
 #include <cerrno>
+#include <cstdlib>
 
 #include "kernel-bypass/tcpip/tcb.hh"
 #include "kernel-bypass/tcpip/tcp_stack.hh"
@@ -41,6 +43,32 @@ void Tcb::keepalive_from_listener() {
   set_keepalive(lc.keepidle_s ? lc.keepidle_s * 1000ull : c.keepalive_idle_ms,
                 lc.keepintvl_s ? lc.keepintvl_s * 1000ull : c.keepalive_interval_ms,
                 lc.keepcnt ? lc.keepcnt : c.keepalive_probes);
+}
+
+namespace {
+constexpr uint64_t kReleaseIdleMs = 1000;  // buffers of a connection idle this long are freed
+}  // namespace
+
+void Tcb::arm_release() {
+  if (!release_timer_.armed() && state_ != TcpState::kClosed) arm(release_timer_, kReleaseIdleMs);
+}
+
+void Tcb::on_idle_timer(TimerKind k) {
+  if (k == TimerKind::kKeepalive) {
+    on_keepalive_timer();
+    return;
+  }
+  // kRelease: only a connection with nothing unacknowledged and no unread input gives its buffers back.
+  if (out_bytes_ != 0 || in_end_ != in_begin_) return;
+  if (head_ != nullptr && head_ == tail_ && head_->ref == nullptr && head_->end == 0) {
+    out_block_bytes_ -= head_->cap;
+    std::free(head_);
+    head_ = tail_ = nullptr;
+  }
+  std::free(in_buf_);
+  in_buf_ = nullptr;
+  in_cap_ = in_begin_ = in_end_ = 0;
+  update_memory();
 }
 
 void Tcb::on_keepalive_timer() {

@@ -216,6 +216,21 @@ TEST(TcpStackMemory, StatsReportWhatConnectionsHold) {
   EXPECT_EQ(value("dpdk_tcp_idle_connection_bytes"), static_cast<double>(sizeof(Tcb)));
   EXPECT_EQ(value("dpdk_tcp_sack_recoveries_total"), 0.0);
   EXPECT_EQ(section.metrics.front().labels.at(0).second, "0");
+  // One second without traffic: the buffers go back, an idle keep-alive connection costs its TCB alone.
+  link.run_for(1'100);
+  for (Sink& s : sinks) EXPECT_EQ(tcb(s.stream).memory_bytes(), sizeof(Tcb));
+  EXPECT_EQ(link.tcp(1).stats().memory_bytes, 8 * sizeof(Tcb));
+  std::printf("idle for 1 s: %zu B per connection (the TCB; buffers freed)\n", tcb(sinks[0].stream).memory_bytes());
+  RecordProperty("idle_1s_connection_bytes", static_cast<int>(tcb(sinks[0].stream).memory_bytes()));
+  // The next request and response find fresh buffers.
+  clients[3]->write("GET /again HTTP/1.1\r\n\r\n");
+  clients[3]->flush();
+  ASSERT_TRUE(link.run_until([&] { return sinks[3].received.size() > sources[3].data.size(); }, 1000));
+  sinks[3].stream->write(std::string(3000, 's'));
+  sinks[3].stream->flush();
+  ASSERT_TRUE(link.run_until([&] { return sources[3].received.size() == 4000; }, 1000));
+  EXPECT_EQ(sources[3].received.substr(1000), std::string(3000, 's'));
+  EXPECT_GT(tcb(sinks[3].stream).memory_bytes(), sizeof(Tcb));
   // Connections closed by the client: the server side is freed at once; the client's TIME-WAIT TCBs stay
   // counted on its side until 2·MSL.
   for (net::Stream* c : clients) c->close(net::Stream::Close::kGraceful);
