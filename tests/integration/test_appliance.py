@@ -81,7 +81,7 @@ TEST_SITE_INDEX = b"<!DOCTYPE html>\n<title>kosoku appliance test</title>\n<p>ap
 
 
 def appliance_test_config(port: int = 80, backend: str = "dpdk") -> str:
-    """The test config: `backend` "dpdk" (one worker on the DPDK port, 64 hugepages, read-write data disk) or
+    """The test config: `backend` "dpdk" (one worker on the DPDK port, 32 hugepages, read-write data disk) or
     "kernel" (two workers on eth0, read-only data disk). Both answer 10.0.2.15 via 10.0.2.2 (QEMU user-net)."""
     if backend == "dpdk":
         network = """worker_processes 1;
@@ -92,7 +92,7 @@ dpdk {
     gateway 10.0.2.2;
 }"""
         appliance = """    data_disk /dev/vda rw fstype=ext4 mount=/data;
-    hugepages 64;"""
+    hugepages 32;"""
     else:
         network = "worker_processes 2;"
         appliance = """    address 10.0.2.15/24;
@@ -218,17 +218,19 @@ def stats_json(serial: Serial) -> dict:
 
 
 class Vm:
-    def __init__(self, image: Path, workdir: Path, bios: str, tag: str = ""):
+    def __init__(self, image: Path, workdir: Path, bios: str, tag: str = "", nic_model: str = "transitional"):
         self.port = free_port()
         # A unix socket path must fit in 108 bytes: keep it short, away from pytest's long tmp paths.
         self.sockdir = Path(tempfile.mkdtemp(prefix="kosoku-vm-"))
         self.sock = self.sockdir / "serial.sock"
         self.log = workdir / f"serial-{tag or bios}.log"
         self.log.unlink(missing_ok=True)
+        self.consoles: list[Serial] = []
         self.t0 = time.monotonic()
         self.proc = subprocess.Popen(
             [str(IMAGE / "run-qemu"), "--image", str(image), "--bios", bios, "--port", str(self.port),
-             "--serial-socket", str(self.sock), "--serial-log", str(self.log), "--accel", "tcg"],
+             "--serial-socket", str(self.sock), "--serial-log", str(self.log), "--accel", "tcg",
+             "--nic-model", nic_model],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 
     def serial_text(self) -> str:
@@ -280,7 +282,23 @@ class Vm:
             time.sleep(0.1)
         raise AssertionError(f"no HTTP 200 on 127.0.0.1:{self.port} within {BOOT_TIMEOUT}s\n{self.diagnostics()}")
 
+    def console(self) -> Serial:
+        """The serial console (closed by kill())."""
+        self.consoles.append(Serial(self.sock))
+        return self.consoles[-1]
+
+    def __enter__(self) -> Vm:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        """On any failure inside the block, prints QEMU's output and the serial log; always kills QEMU."""
+        if exc_type is not None:
+            print(self.diagnostics())
+        self.kill()
+
     def kill(self) -> None:
+        for s in self.consoles:
+            s.close()
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
@@ -320,21 +338,20 @@ def test_boot_serve_console_poweroff(built_image, tmp_path, backend, bios):
     else:
         assert manifest["nic"] == "kernel" and manifest["network"] == "kernel", manifest
     vm = Vm(image["dir"], tmp_path, bios, f"{backend}-{bios}")
-    serial = None
-    try:
+    with vm:
         times = vm.wait_boot()
         boot_log = vm.serial_text()
         if dpdk:
             # PID 1 bound the NIC for DPDK and reserved its hugepages; the kernel has no eth0.
             assert re.search(r"NIC mode uio, bound 0000:00:0[0-9a-f]\.0 to uio_pci_generic", boot_log), boot_log
-            assert "kosoku: hugepages: 64 requested, 64 reserved" in boot_log, boot_log
+            assert "kosoku: hugepages: 32 requested, 32 reserved" in boot_log, boot_log
             assert "kosoku: network: " not in boot_log, boot_log
         status, body = http_get(vm.port, "/")
         assert status == 200 and body == TEST_SITE_INDEX
         status, body = http_get(vm.port, "/sub/file.txt")
         assert status == 200 and body == b"a file in a subdirectory\n"
 
-        serial = Serial(vm.sock)
+        serial = vm.console()
         serial.command("", timeout=30)  # an empty LF line: echo off, fresh prompt
         before = wait_quiet(serial)
         ports_before = port_counters(serial)
@@ -364,6 +381,8 @@ def test_boot_serve_console_poweroff(built_image, tmp_path, backend, bios):
             tx_bytes = ports_after["dpdk_tx_bytes_total"] - ports_before["dpdk_tx_bytes_total"]
             assert tx_bytes >= requests * len(TEST_SITE_INDEX), (ports_before, ports_after)
             assert ports_after["dpdk_link_up"] == 1 and ports_after["dpdk_rx_errors_total"] == 0, ports_after
+            assert ports_after["dpdk_tx_errors_total"] == 0, ports_after
+            assert 'dpdk_port dpdk_tcp_bad_checksum_total{core="0"} 0\n' in serial.command("stats")
             times["port_packets_for_3_requests"] = {"rx": rx, "tx": tx}
             times["port_counters_after"] = {k: ports_after[k] for k in ("dpdk_rx_packets_total",
                                                                         "dpdk_tx_packets_total")}
@@ -428,13 +447,32 @@ def test_boot_serve_console_poweroff(built_image, tmp_path, backend, bios):
             fsck = subprocess.run(["e2fsck", "-n", str(image["dir"] / "data.img")], capture_output=True, text=True)
             assert fsck.returncode == 0 and "clean" in fsck.stdout, fsck.stdout + fsck.stderr
         record(f"boot_tcg_{backend}_{bios}", times)
-    except BaseException:
-        print(vm.diagnostics())
-        raise
-    finally:
-        if serial:
-            serial.close()
-        vm.kill()
+
+
+@pytest.mark.parametrize("nic_model", ["legacy", "modern"])
+def test_dpdk_drives_legacy_only_and_modern_only_virtio_net(built_image, tmp_path, nic_model):
+    """The default boot uses QEMU's transitional virtio-net; the PMD also has to drive a legacy-only device
+    (disable-modern=on: I/O-port BAR, which uio_pci_generic exposes and EAL reaches with iopl) and a
+    modern-only one (disable-legacy=on: device id 1041, MMIO). Both serve HTTP and count packets."""
+    image = built_image["dpdk"]
+    vm = Vm(image["dir"], tmp_path, "seabios", f"dpdk-{nic_model}", nic_model=nic_model)
+    with vm:
+        times = vm.wait_boot()
+        assert re.search(r"NIC mode uio, bound 0000:00:0[0-9a-f]\.0 to uio_pci_generic", vm.serial_text())
+        serial = vm.console()
+        serial.command("")
+        bdf = re.search(r"network dpdk 10\.0\.2\.15/24 via 10\.0\.2\.2 on (\S+) ", serial.command("version")).group(1)
+        assert bdf
+        before = port_counters(serial)
+        for _ in range(3):
+            status, body = http_get(vm.port, "/")
+            assert status == 200 and body == TEST_SITE_INDEX
+        after = port_counters(serial)
+        assert after["dpdk_rx_packets_total"] - before["dpdk_rx_packets_total"] >= 9, (before, after)
+        assert after["dpdk_tx_packets_total"] - before["dpdk_tx_packets_total"] >= 9, (before, after)
+        serial.sock.sendall(b"poweroff\n")
+        assert vm.proc.wait(timeout=120) == 0, vm.diagnostics()
+        record(f"boot_tcg_dpdk_seabios_virtio_{nic_model}", times)
 
 
 @pytest.mark.parametrize("on_fatal", ["reboot", "halt"])
@@ -447,7 +485,7 @@ def test_fatal_error_prints_reason_then_reboots_or_halts(built_image, tmp_path, 
     manifest = build_image(conf, built_image["site"], out)
     assert any(m.endswith(" vfat.ko") for m in manifest["modules"])
     vm = Vm(out, tmp_path, "seabios", f"fatal-{on_fatal}")
-    try:
+    with vm:
         reason = "kosoku: fatal: mount /dev/vda on /data (vfat, rw): Invalid argument"
         deadline = time.monotonic() + BOOT_TIMEOUT
         while reason not in vm.serial_text():
@@ -465,11 +503,6 @@ def test_fatal_error_prints_reason_then_reboots_or_halts(built_image, tmp_path, 
                 time.sleep(0.2)
             time.sleep(2)
             assert vm.proc.poll() is None, "a halted appliance keeps the machine on, with the reason on screen"
-    except BaseException:
-        print(vm.diagnostics())
-        raise
-    finally:
-        vm.kill()
 
 
 def test_dpdk_config_with_kernel_nic_mode_or_no_hugepages_builds_no_image(built_image, tmp_path):
@@ -482,7 +515,7 @@ def test_dpdk_config_with_kernel_nic_mode_or_no_hugepages_builds_no_image(built_
            "--kosoku", str(kosoku_bin()), "--no-deps"]
     p = subprocess.run(cmd + ["--nic", "kernel"], cwd=REPO, capture_output=True, text=True)
     assert p.returncode != 0 and "network dpdk with NIC mode kernel" in p.stderr, p.stdout + p.stderr
-    conf.write_text(appliance_test_config().replace("hugepages 64;", "hugepages 0;"))
+    conf.write_text(appliance_test_config().replace("hugepages 32;", "hugepages 0;"))
     p = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
     assert p.returncode != 0 and "reserves no hugepages" in p.stderr, p.stdout + p.stderr
     assert not out.exists()
