@@ -4,6 +4,7 @@
 // sender consumes the blocks our receiver generates. Frames are dropped on purpose (first transmissions
 // only, every Nth data segment) in the direction under test. Each scenario runs in a forked child that
 // unshares its network namespace (nothing is visible on the host); skipped without root or /dev/net/tun.
+// The keep-alive probe format is checked the same way: Linux must answer our probes.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <linux/if.h>
@@ -19,6 +20,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -111,33 +113,56 @@ struct Result {
 
 int sh(const std::string& cmd) { return std::system((cmd + " >/dev/null 2>&1").c_str()); }
 
+// In the child: a private network namespace with the TAP device kt0, Linux's end 10.9.0.1/24. Returns the
+// non-blocking TAP fd, or -1.
+int open_tap_in_new_netns() {
+  if (unshare(CLONE_NEWNET) != 0) return -1;
+  int fd = open("/dev/net/tun", O_RDWR | O_NONBLOCK);
+  if (fd < 0) return -1;
+  ifreq ifr{};
+  ifr.ifr_flags = IFF_TAP | IFF_NO_PI;
+  std::strncpy(ifr.ifr_name, "kt0", IFNAMSIZ - 1);
+  if (ioctl(fd, TUNSETIFF, &ifr) != 0) return -1;
+  if (sh("ip link set lo up") != 0 || sh("ip addr add 10.9.0.1/24 dev kt0") != 0 || sh("ip link set kt0 up") != 0) {
+    return -1;
+  }
+  return fd;
+}
+
+// Our side of the TAP link: 10.9.0.2/24 with kosoku's TCP on a steady clock and its own timer wheel.
+struct OurStack {
+  SteadyClock clock;
+  reactor::TimerWheel timers{4096};
+  stats::CoreStats core_stats;
+  TapIO io;
+  Interface ip;
+  TcpStack tcp;
+  OurStack(int fd, const TcpConfig& conf)
+      : io(fd), ip(io, interface_config()), tcp(ip, timers, clock, core_stats, conf) {}
+  static InterfaceConfig interface_config() {
+    InterfaceConfig ic;
+    ic.address = *Ipv4Addr::parse("10.9.0.2");
+    ic.prefix_len = 24;
+    return ic;
+  }
+};
+
 // In the child: one scenario. kosoku_sends: our stack sends `size` bytes to a Linux listener (our frames are
 // dropped); otherwise Linux sends to our listener (Linux's frames are dropped).
 Result run_scenario(bool kosoku_sends, bool sack, size_t size, int drop_every, const std::vector<int>& drop_at) {
   Result r;
   r.sack = sack;
-  if (unshare(CLONE_NEWNET) != 0) return r;
-  int fd = open("/dev/net/tun", O_RDWR | O_NONBLOCK);
+  int fd = open_tap_in_new_netns();
   if (fd < 0) return r;
-  ifreq ifr{};
-  ifr.ifr_flags = IFF_TAP | IFF_NO_PI;
-  std::strncpy(ifr.ifr_name, "kt0", IFNAMSIZ - 1);
-  if (ioctl(fd, TUNSETIFF, &ifr) != 0) return r;
-  if (sh("ip link set lo up") != 0 || sh("ip addr add 10.9.0.1/24 dev kt0") != 0 || sh("ip link set kt0 up") != 0) {
-    return r;
-  }
   r.env = 1;
-  SteadyClock clock;
-  reactor::TimerWheel timers(4096);
-  stats::CoreStats core_stats;
-  TapIO io(fd);
-  InterfaceConfig ic;
-  ic.address = *Ipv4Addr::parse("10.9.0.2");
-  ic.prefix_len = 24;
-  Interface ip(io, ic);
   TcpConfig conf;
   conf.sack = sack;
-  TcpStack tcp(ip, timers, clock, core_stats, conf);
+  OurStack our(fd, conf);
+  SteadyClock& clock = our.clock;
+  TapIO& io = our.io;
+  Interface& ip = our.ip;
+  TcpStack& tcp = our.tcp;
+  reactor::TimerWheel& timers = our.timers;
   Dropper in;  // Linux's frames towards us
   std::string data = testing::pattern_bytes(size, 21);
   std::string got;
@@ -245,15 +270,16 @@ Result run_scenario(bool kosoku_sends, bool sack, size_t size, int drop_every, c
   return r;
 }
 
-// Runs the scenario in a child process (its own network namespace) and returns what it measured.
-bool run_in_child(bool kosoku_sends, bool sack, size_t size, int drop_every, Result* out,
-                  const std::vector<int>& drop_at = {0}) {
+// Runs f() in a child process (which gives itself its own network namespace) and returns its result R (a
+// trivially copyable struct) through a pipe.
+template <typename R, typename F>
+bool in_child(F f, R* out) {
   int p[2];
   if (pipe(p) != 0) return false;
   pid_t pid = fork();
   if (pid == 0) {
     close(p[0]);
-    Result r = run_scenario(kosoku_sends, sack, size, drop_every, drop_at);
+    R r = f();
     ssize_t n = write(p[1], &r, sizeof(r));
     _exit(n == sizeof(r) ? 0 : 1);
   }
@@ -263,6 +289,74 @@ bool run_in_child(bool kosoku_sends, bool sack, size_t size, int drop_every, Res
   int status = 0;
   waitpid(pid, &status, 0);
   return n == sizeof(*out) && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
+bool run_in_child(bool kosoku_sends, bool sack, size_t size, int drop_every, Result* out,
+                  const std::vector<int>& drop_at = {0}) {
+  return in_child([&] { return run_scenario(kosoku_sends, sack, size, drop_every, drop_at); }, out);
+}
+
+// In the child: a Linux client connects to our listener whose socket says so_keepalive=1s:1s:2 and stays
+// idle. Phase 1 (3.5 s): Linux answers every probe. Phase 2: Linux's frames are no longer delivered; the
+// connection must be aborted after 2 unanswered probes.
+struct KeepaliveResult {
+  int env = 0, established_after_answers = 0, aborted = 0, close_error = 0;
+  uint64_t probes_answered_phase = 0, probes_total = 0, timeouts = 0, abort_ms = 0;
+};
+
+KeepaliveResult run_keepalive() {
+  KeepaliveResult r;
+  int fd = open_tap_in_new_netns();
+  if (fd < 0) return r;
+  r.env = 1;
+  OurStack our(fd, TcpConfig{});
+  SteadyClock& clock = our.clock;
+  Interface& ip = our.ip;
+  TcpStack& tcp = our.tcp;
+  reactor::TimerWheel& timers = our.timers;
+  config::ListenSocket ls;
+  ls.conf.so_keepalive = 1;
+  ls.conf.keepidle_s = 1;
+  ls.conf.keepintvl_s = 1;
+  ls.conf.keepcnt = 2;
+  testing::Sink sink;
+  if (tcp.listen_port(80, 16, sink, &ls) != 0) return r;
+  int s = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(80);
+  a.sin_addr.s_addr = htonl(0x0a090002);
+  connect(s, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  uint64_t start = clock.now_ms();
+  bool deaf = false;
+  uint64_t deaf_at = 0;
+  std::vector<uint8_t> frame(2048);
+  while (clock.now_ms() - start < 15'000 && !sink.closed) {
+    uint64_t now = clock.now_ms();
+    if (!deaf && now - start >= 3'500) {
+      r.probes_answered_phase = tcp.stats().keepalive_probes;
+      r.established_after_answers =
+          sink.stream != nullptr && static_cast<Tcb*>(sink.stream)->state() == TcpState::kEstablished;
+      deaf = true;
+      deaf_at = now;
+    }
+    ssize_t n = ::read(fd, frame.data(), frame.size());
+    if (n > 0) {
+      if (!deaf) ip.receive_frame({frame.data(), static_cast<size_t>(n)}, now);
+    } else {
+      pollfd p{fd, POLLIN, 0};
+      poll(&p, 1, 1);
+    }
+    timers.expire(clock.now_ms());
+    tcp.reap();
+  }
+  r.aborted = sink.closed;
+  r.close_error = sink.close_error;
+  r.abort_ms = clock.now_ms() - deaf_at;
+  r.probes_total = tcp.stats().keepalive_probes;
+  r.timeouts = tcp.stats().keepalive_timeouts;
+  close(s);
+  return r;
 }
 
 bool can_run() {
@@ -320,6 +414,26 @@ TEST(TcpLinuxPeer, SeveralLossesPerWindowTowardsLinux) {
   // above (48 RTOs and 10.7 s against 0 and 45 ms when measured); not asserted, as it depends on Linux's
   // window auto-tuning.
   EXPECT_GE(without.rto, with.rto);
+}
+
+TEST(TcpLinuxPeer, KeepaliveProbesAreAnsweredByLinuxAndADeafPeerIsAborted) {
+  if (!can_run()) GTEST_SKIP() << "needs root and /dev/net/tun (TAP device in a private network namespace)";
+  KeepaliveResult r;
+  ASSERT_TRUE(in_child(run_keepalive, &r));
+  if (!r.env) GTEST_SKIP() << "no network namespace / TAP device here (needs CAP_NET_ADMIN)";
+  std::printf("keep-alive 1s:1s:2 against Linux: %llu probes answered in 3.5 s, still established %d; deaf peer: "
+              "%llu probes in all, aborted %d (error %d) %llu ms after it went deaf\n",
+              (unsigned long long)r.probes_answered_phase, r.established_after_answers,
+              (unsigned long long)r.probes_total, r.aborted, r.close_error, (unsigned long long)r.abort_ms);
+  // Linux answers each probe (SEG.SEQ = SND.NXT - 1) with an ACK, which restarts the idle time: one probe
+  // per idle second + round trip.
+  EXPECT_GE(r.probes_answered_phase, 2u);
+  EXPECT_LE(r.probes_answered_phase, 4u);
+  EXPECT_EQ(r.established_after_answers, 1);
+  EXPECT_EQ(r.aborted, 1);
+  EXPECT_EQ(r.close_error, ETIMEDOUT);
+  EXPECT_EQ(r.timeouts, 1u);
+  EXPECT_LE(r.abort_ms, 3'500u);  // ≤ idle + keepcnt · interval after the last answer
 }
 
 TEST(TcpLinuxPeer, LinuxSackSenderUsesOurReceiverBlocks) {
