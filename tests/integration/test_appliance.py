@@ -505,9 +505,10 @@ def test_fatal_error_prints_reason_then_reboots_or_halts(built_image, tmp_path, 
             assert vm.proc.poll() is None, "a halted appliance keeps the machine on, with the reason on screen"
 
 
-def test_dpdk_config_with_kernel_nic_mode_or_no_hugepages_builds_no_image(built_image, tmp_path):
-    """`network dpdk` needs the NIC away from virtio_net and memory for EAL: build-image refuses an image that
-    could only fail at boot."""
+def test_dpdk_config_with_kernel_nic_mode_or_without_hugepages_builds_no_image(built_image, tmp_path):
+    """`network dpdk` needs the NIC away from virtio_net and hugepages for EAL (`--no-huge` makes EAL use IOVA=VA,
+    which a uio_pci_generic device cannot do: measured, no port): build-image refuses an image that could only
+    fail at boot."""
     conf = tmp_path / "dpdk.conf"
     conf.write_text(appliance_test_config())
     out = tmp_path / "image"
@@ -518,6 +519,9 @@ def test_dpdk_config_with_kernel_nic_mode_or_no_hugepages_builds_no_image(built_
     conf.write_text(appliance_test_config().replace("hugepages 32;", "hugepages 0;"))
     p = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
     assert p.returncode != 0 and "reserves no hugepages" in p.stderr, p.stdout + p.stderr
+    conf.write_text(appliance_test_config().replace("--in-memory", "--no-huge --no-shconf"))
+    p = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
+    assert p.returncode != 0 and "--no-huge with NIC mode uio cannot work" in p.stderr, p.stdout + p.stderr
     assert not out.exists()
 
 
