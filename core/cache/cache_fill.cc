@@ -144,6 +144,191 @@ void rewrite_entry(int fd, const EntryMeta& old, EntryMeta fresh, const StoreWri
 }
 
 
+// ---------------------------------------------------------------- a 304 refreshes an entry
+
+RefreshResult refresh_entry(const http::Exchange& ex, const http::Request& req, const EntryMeta& old, int fd,
+                            std::span<const http::HeaderField> fields304, int64_t request_time,
+                            const StoreWriter::Target& t, EntryMeta& served) {
+  CachePath& path = *t.path;
+  const Hash128& hash = t.locked;
+  auto unlock = [&] {
+    if (!t.holds_lock) return;
+    uint64_t w = path.zone().unlock(hash);
+    if (w != 0) t.hub->notify(w, hash);
+  };
+  served = old;
+  served.head = merge_304(old.head, fields304, "set-cookie");
+  std::string text;
+  http::HeaderField fields[100];
+  http::ParsedResponse merged;
+  StoreDecision d;
+  if (parse_stored(old.status, served.head, text, fields, std::size(fields), merged)) {
+    StoreInput in;
+    in.status = old.status;
+    in.fields = merged.headers();
+    in.request = &req;
+    in.conf = &ex.location().cache;
+    in.request_time = request_time;
+    in.response_time = t.now_s;
+    d = decide_store(in);
+    served.etag.assign(first_field_value(merged.headers(), http::HeaderToken::kEtag));
+    served.last_modified = stored_last_modified(merged.headers()).value_or(-1);
+  } else {
+    d.refusal = NotStored::kNoValidity;
+  }
+  if (d.storable() && d.vary == old.vary && !d.freshness.fresh(t.now_s)) {
+    // Fresh for no time at all (max-age=0 with validators): every request revalidates anyway, so the entry is
+    // not rewritten for nothing; this answer carries the merged head.
+    served.freshness = d.freshness;
+    unlock();
+    if (fd >= 0) ::close(fd);
+    return RefreshResult::kAnswerOnly;
+  }
+  if (d.storable() && d.vary == old.vary) {
+    served.freshness = d.freshness;
+    StoreWriter::Target w = t;
+    if (!old.primary.zero()) {
+      w.primary = old.primary;
+      w.vary_id = path.zone().vary().intern(old.vary);
+    }
+    if (fd >= 0) {
+      rewrite_entry(fd, old, served, w);
+    } else {
+      path.zone().set_expires(hash, served.freshness.expires_at());
+      unlock();
+    }
+    return RefreshResult::kRewritten;
+  }
+  // No longer storable after the merge: answer this once from the entry, then forget it.
+  unlock();
+  if (fd >= 0) ::close(fd);
+  if (std::optional<EntryView> gone = path.zone().remove(hash); gone && gone->exists()) {
+    remove_file_async(*t.queue, t.aio, path.path_of(hash));
+  }
+  served.freshness.response_time = t.now_s;
+  served.freshness.corrected_initial_age = 0;
+  return RefreshResult::kForgotten;
+}
+
+// ---------------------------------------------------------------- background updates
+
+BackgroundFill::BackgroundFill(CacheModule& m, http::Exchange& client, CachePath& path, std::string key,
+                               const Hash128& locked, const EntryMeta& stale, int stale_fd, bool revalidate)
+    : mod_(m), path_(path), key_(std::move(key)), locked_(locked), stale_(stale), stale_fd_(stale_fd) {
+  FetchExchange::Options opts;
+  opts.head_to_get = true;
+  revalidate_ = revalidate && (!stale_.etag.empty() || stale_.last_modified >= 0);
+  if (revalidate_) {
+    char date[http::kHttpDateLen];
+    std::string_view lm =
+        stale_.last_modified >= 0 ? http::format_http_date(stale_.last_modified, date) : std::string_view();
+    opts.extra_fields = revalidation_fields(stale_.etag, lm);
+  }
+  fetch_ = std::make_unique<FetchExchange>(client, opts, this, true);
+  request_time_ = m.reactor().wall_time();
+}
+
+BackgroundFill::BackgroundFill(CacheModule& m, Adopted a, CachePath& path, std::string key, const Hash128& locked)
+    : mod_(m), path_(path), key_(std::move(key)), locked_(locked), stale_fd_(a.stale_fd) {
+  if (a.stale != nullptr) {
+    stale_ = *a.stale;
+    revalidate_ = !a.head_seen;
+  }
+  holds_lock_ = a.holds_lock;
+  writer_ = a.writer;
+  expected_ = a.expected;
+  request_time_ = a.request_time;
+  fetch_ = std::move(a.fetch);
+  fetch_->detach_client(this);
+  started_ = true;
+  // The proxy may have stopped reading the origin while the client was slow: it may go on now.
+  if (fetch_->state() != nullptr) fetch_->state()->on_writable();
+}
+
+BackgroundFill::~BackgroundFill() {
+  if (writer_ != nullptr) writer_->abort();
+  release_lock();
+  if (stale_fd_ >= 0) ::close(stale_fd_);
+}
+
+void BackgroundFill::start() {
+  if (!fetch_->valid()) {
+    finished_ = true;
+    release_lock();
+    return;
+  }
+  started_ = true;
+  mod_.proxy().forward(*fetch_);
+}
+
+StoreWriter::Target BackgroundFill::target() const {
+  StoreWriter::Target t;
+  t.path = &path_;
+  t.hub = &mod_.registry()->wake_hub();
+  t.queue = &mod_.queue_for(path_, *fetch_);
+  t.aio = fetch_->location().aio;
+  t.core = mod_.core();
+  t.now_s = mod_.reactor().wall_time();
+  t.holds_lock = holds_lock_;
+  t.locked = locked_;
+  return t;
+}
+
+void BackgroundFill::on_fetch_response(const http::ParsedResponse& resp) {
+  StoreWriter::Target t = target();
+  if (revalidate_ && resp.status == 304) {
+    char date[http::kHttpDateLen];
+    std::string_view lm =
+        stale_.last_modified >= 0 ? http::format_http_date(stale_.last_modified, date) : std::string_view();
+    if (validators_match_304(resp.headers(), stale_.etag, lm)) {
+      // REVALIDATED in the background: the stored body is kept, only its head and validity change.
+      ++mod_.counters().revalidated;
+      EntryMeta served;
+      const int fd = stale_fd_;
+      stale_fd_ = -1;
+      holds_lock_ = false;  // refresh_entry takes the lock over
+      refresh_entry(*fetch_, fetch_->fetch_request(), stale_, fd, resp.headers(), request_time_, t, served);
+      return;
+    }
+  }
+  NotStored why;
+  if (any_predicate(fetch_->location().cache.no_cache, *fetch_)) return;
+  writer_ = begin_store(*fetch_, fetch_->fetch_request(), path_, key_, hash_key(key_), resp, request_time_, t.now_s,
+                        t, &why);
+  if (writer_ != nullptr) holds_lock_ = false;
+  expected_ = resp.framing == http::ResponseFraming::kContentLength ? static_cast<int64_t>(resp.content_length) : -1;
+}
+
+void BackgroundFill::on_fetch_data(const char* data, size_t len, bool) {
+  if (writer_ != nullptr) writer_->append(std::string_view(data, len));
+}
+
+void BackgroundFill::on_fetch_end(bool complete) {
+  if (writer_ == nullptr) return;
+  if (complete) {
+    writer_->finish(expected_);
+  } else {
+    writer_->abort();
+  }
+  writer_ = nullptr;
+}
+
+void BackgroundFill::end() {
+  finished_ = true;
+  if (writer_ != nullptr) {
+    writer_->abort();
+    writer_ = nullptr;
+  }
+  release_lock();
+}
+
+void BackgroundFill::release_lock() {
+  if (!holds_lock_) return;
+  holds_lock_ = false;
+  uint64_t w = path_.zone().unlock(locked_);
+  if (w != 0) mod_.registry()->wake_hub().notify(w, locked_);
+}
+
 // ---------------------------------------------------------------- storing a response
 
 

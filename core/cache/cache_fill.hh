@@ -39,87 +39,65 @@ StoreWriter* begin_store(const http::Exchange& ex, const http::Request& req, Cac
 /// its layout) into a new file, committed like any fill. Owns itself.
 void rewrite_entry(int fd, const EntryMeta& old, EntryMeta fresh, const StoreWriter::Target& t);
 
+/// What refresh_entry() did with the entry.
+enum class RefreshResult : uint8_t { kRewritten, kAnswerOnly, kForgotten };
+
+/// RFC 9111 §4.3.4: the entry `old` (open on `fd`, owned from now on; -1: none) refreshed by a 304 with
+/// `fields304` — the merged head and new freshness go to `served` (to answer with), and the entry is rewritten
+/// with the body it has (kRewritten), left as is when the merge is fresh for no time (kAnswerOnly), or removed
+/// when no longer storable (kForgotten). `t.locked` is the entry's hash; its lock (t.holds_lock) is taken over.
+/// `req` selected the entry (Authorization, Vary); `ex` gives the location's settings.
+RefreshResult refresh_entry(const http::Exchange& ex, const http::Request& req, const EntryMeta& old, int fd,
+                            std::span<const http::HeaderField> fields304, int64_t request_time,
+                            const StoreWriter::Target& t, EntryMeta& served);
+
 // A detached fetch that refreshes an expired entry (proxy_cache_background_update) while the request that
-// found it expired was answered with the stale copy.
+// found it expired was answered with the stale copy. With proxy_cache_revalidate on and a validator in the
+// stale entry, the fetch is conditional (If-None-Match / If-Modified-Since, RFC 9111 §4.3.1) and a 304 only
+// refreshes the entry's head and validity (refresh_entry): the body is not downloaded again.
 class BackgroundFill final : public FetchSink {
  public:
-  BackgroundFill(CacheModule& m, http::Exchange& client, CachePath& path, std::string key, const Hash128& locked)
-      : mod_(m), path_(path), key_(std::move(key)), locked_(locked) {
-    FetchExchange::Options opts;
-    opts.head_to_get = true;
-    fetch_ = std::make_unique<FetchExchange>(client, opts, this, true);
-    request_time_ = m.reactor().wall_time();
-  }
-  ~BackgroundFill() {
-    if (writer_ != nullptr) writer_->abort();
-    release_lock();
-  }
-  void start() {
-    if (!fetch_->valid()) {
-      finished_ = true;
-      release_lock();
-      return;
-    }
-    started_ = true;
-    mod_.proxy().forward(*fetch_);
-  }
+  /// `stale`: the expired entry; `stale_fd` its open file (owned; -1: none).
+  BackgroundFill(CacheModule& m, http::Exchange& client, CachePath& path, std::string key, const Hash128& locked,
+                 const EntryMeta& stale, int stale_fd, bool revalidate);
+  /// What a fill whose client went away hands over (CacheState::continue_fill).
+  struct Adopted {
+    std::unique_ptr<FetchExchange> fetch;  // running, attached to the departed client until adopted
+    bool holds_lock = false;               // the zone lock of `locked`
+    StoreWriter* writer = nullptr;         // the fill already started (the response head arrived), or null
+    bool head_seen = false;                // the response head arrived (no writer: it is not stored)
+    int64_t expected = -1;                 // Content-Length of the response, -1: unknown
+    int64_t request_time = 0;
+    const EntryMeta* stale = nullptr;      // a conditional fetch's stale entry (a 304 refreshes it) ...
+    int stale_fd = -1;                     // ... and its open file (owned)
+  };
+  /// Takes over the fetch of a client that went away: the response is stored as if the client were there.
+  BackgroundFill(CacheModule& m, Adopted a, CachePath& path, std::string key, const Hash128& locked);
+  ~BackgroundFill();
+  void start();
   bool done() const { return finished_ && (!started_ || fetch_->done()); }
 
-  void on_fetch_response(const http::ParsedResponse& resp) override {
-    StoreWriter::Target t;
-    t.path = &path_;
-    t.hub = &mod_.registry()->wake_hub();
-    t.queue = &mod_.queue_for(path_, *fetch_);
-    t.aio = fetch_->location().aio;
-    t.core = mod_.core();
-    t.now_s = mod_.reactor().wall_time();
-    t.holds_lock = holds_lock_;
-    t.locked = locked_;
-    NotStored why;
-    if (any_predicate(fetch_->location().cache.no_cache, *fetch_)) return;
-    writer_ = begin_store(*fetch_, fetch_->fetch_request(), path_, key_, hash_key(key_), resp, request_time_,
-                          t.now_s, t, &why);
-    if (writer_ != nullptr) holds_lock_ = false;
-    expected_ = resp.framing == http::ResponseFraming::kContentLength ? static_cast<int64_t>(resp.content_length) : -1;
-  }
+  void on_fetch_response(const http::ParsedResponse& resp) override;
   void on_fetch_head(http::ResponseHead&) override {}
-  void on_fetch_data(const char* data, size_t len, bool) override {
-    if (writer_ != nullptr) writer_->append(std::string_view(data, len));
-  }
-  void on_fetch_end(bool complete) override {
-    if (writer_ == nullptr) return;
-    if (complete) {
-      writer_->finish(expected_);
-    } else {
-      writer_->abort();
-    }
-    writer_ = nullptr;
-  }
+  void on_fetch_data(const char* data, size_t len, bool) override;
+  void on_fetch_end(bool complete) override;
   void on_fetch_finish() override { end(); }
   void on_fetch_abort() override { end(); }
   void on_fetch_error(int) override { end(); }
   void on_fetch_released() override { end(); }
 
  private:
-  void end() {
-    finished_ = true;
-    if (writer_ != nullptr) {
-      writer_->abort();
-      writer_ = nullptr;
-    }
-    release_lock();
-  }
-  void release_lock() {
-    if (!holds_lock_) return;
-    holds_lock_ = false;
-    uint64_t w = path_.zone().unlock(locked_);
-    if (w != 0) mod_.registry()->wake_hub().notify(w, locked_);
-  }
+  void end();
+  void release_lock();
+  StoreWriter::Target target() const;
 
   CacheModule& mod_;
   CachePath& path_;
   std::string key_;
   Hash128 locked_;
+  EntryMeta stale_;
+  int stale_fd_ = -1;
+  bool revalidate_ = false;
   bool holds_lock_ = true;
   std::unique_ptr<FetchExchange> fetch_;
   StoreWriter* writer_ = nullptr;

@@ -176,11 +176,15 @@ void CacheModule::retire(std::unique_ptr<FetchExchange> fx) {
   retired_.push_back(std::move(fx));
 }
 
-void CacheModule::start_background(http::Exchange& ex, CachePath& path, std::string key, const Hash128& locked) {
+void CacheModule::start_background(http::Exchange& ex, CachePath& path, std::string key, const Hash128& locked,
+                                   const EntryMeta& stale, int stale_fd, bool revalidate) {
   ++counters_->background;
-  fills_.push_back(std::make_unique<BackgroundFill>(*this, ex, path, std::move(key), locked));
+  fills_.push_back(
+      std::make_unique<BackgroundFill>(*this, ex, path, std::move(key), locked, stale, stale_fd, revalidate));
   fills_.back()->start();
 }
+
+void CacheModule::adopt_fill(std::unique_ptr<BackgroundFill> fill) { fills_.push_back(std::move(fill)); }
 
 std::unique_ptr<proxy::UpstreamObserver> CacheModule::observe(http::Exchange& ex, const http::ParsedResponse&) {
   if (auto* fx = dynamic_cast<FetchExchange*>(&ex)) return fx->make_observer();
@@ -328,6 +332,9 @@ void CacheState::start(CachePath& path, std::string key, bool bypass) {
   detach_store_wait();
   finish_deferred_ = false;
   expected_length_ = -1;
+  origin_last_modified_ = -1;
+  pass_view_ = PassView::kWhole;
+  stream_pos_ = 0;
   pieces_.clear();
   streaming_ = false;
   read_ready_ = false;
@@ -449,7 +456,7 @@ void CacheState::expired() {
   if (cc.background_update && updating_ok) {
     // The lock goes to the background fill; this request is answered with the stale copy.
     lock_held_ = false;
-    mod_.start_background(ex_, *path_, key_, hash_);
+    mod_.start_background(ex_, *path_, key_, hash_, reader_.meta(), ::dup(reader_.fd()), cc.revalidate);
     ++mod_.counters().stale;
     use_entry_meta_ = true;
     serve(CacheStatus::kStale);
@@ -567,7 +574,13 @@ void CacheState::fetch(CacheStatus status, bool revalidate, bool store_allowed) 
   mod_.proxy().forward(*fetch_);  // may call back before returning
 }
 
+// The fetch's $upstream_* record goes with the client's response (the fetch is its own exchange).
+void CacheState::take_upstream_state() {
+  if (fetch_ != nullptr) ex_.head().upstream = fetch_->head().upstream;
+}
+
 void CacheState::takeover() {
+  take_upstream_state();
   passthrough_ = false;
   if (fetch_ != nullptr) mod_.retire(std::move(fetch_));
 }
@@ -606,15 +619,12 @@ void CacheState::on_fetch_response(const http::ParsedResponse& resp) {
   fetch_->set_passthrough(true);
   expected_length_ =
       resp.framing == http::ResponseFraming::kContentLength ? static_cast<int64_t>(resp.content_length) : -1;
+  origin_last_modified_ = stored_last_modified(resp.headers()).value_or(-1);
   start_store(resp);
 }
 
-void CacheState::start_store(const http::ParsedResponse& resp) {
-  const bool head_fetch = fetch_->fetch_request().method == http::Method::kHead;  // no body to store
-  if (!store_allowed_ || head_fetch || any_predicate(conf().no_cache, ex_)) {
-    release_lock();
-    return;
-  }
+// Where a fill or rewrite of this request's entry goes; it takes over the lock when this request holds it.
+StoreWriter::Target CacheState::store_target() const {
   StoreWriter::Target t;
   t.path = path_;
   t.hub = &mod_.registry()->wake_hub();
@@ -624,6 +634,16 @@ void CacheState::start_store(const http::ParsedResponse& resp) {
   t.now_s = now_s();
   t.holds_lock = lock_held_;
   t.locked = hash_;
+  return t;
+}
+
+void CacheState::start_store(const http::ParsedResponse& resp) {
+  const bool head_fetch = fetch_->fetch_request().method == http::Method::kHead;  // no body to store
+  if (!store_allowed_ || head_fetch || any_predicate(conf().no_cache, ex_)) {
+    release_lock();
+    return;
+  }
+  const StoreWriter::Target t = store_target();
   NotStored why;
   detach_store_wait();
   store_wait_ = std::make_shared<StoreWait>();
@@ -649,69 +669,10 @@ void CacheState::start_store(const http::ParsedResponse& resp) {
 void CacheState::revalidated(const http::ParsedResponse& resp) {
   takeover();
   ++mod_.counters().revalidated;
-  const EntryMeta& old = reader_.meta();
+  const StoreWriter::Target t = store_target();
+  lock_held_ = false;  // refresh_entry takes it over
   use_entry_meta_ = false;
-  served_ = old;
-  served_.head = merge_304(old.head, resp.headers(), "set-cookie");
-  std::string text;
-  http::HeaderField fields[100];
-  http::ParsedResponse merged;
-  StoreDecision d;
-  if (parse_stored(old.status, served_.head, text, fields, std::size(fields), merged)) {
-    StoreInput in;
-    in.status = old.status;
-    in.fields = merged.headers();
-    in.request = &ex_.request();
-    in.conf = &conf();
-    in.request_time = request_time_;
-    in.response_time = now_s();
-    d = decide_store(in);
-    served_.etag.assign(first_field_value(merged.headers(), http::HeaderToken::kEtag));
-    served_.last_modified = stored_last_modified(merged.headers()).value_or(-1);
-  } else {
-    d.refusal = NotStored::kNoValidity;
-  }
-  const bool stale_on_arrival = d.storable() && !d.freshness.fresh(now_s());
-  if (d.storable() && d.vary == old.vary && stale_on_arrival) {
-    // Fresh for no time at all (max-age=0 with validators): every request revalidates anyway, so the entry is
-    // not rewritten for nothing; this answer carries the merged head.
-    served_.freshness = d.freshness;
-    release_lock();
-  } else if (d.storable() && d.vary == old.vary) {
-    served_.freshness = d.freshness;
-    StoreWriter::Target t;
-    t.path = path_;
-    t.hub = &mod_.registry()->wake_hub();
-    t.queue = &mod_.queue_for(*path_, ex_);
-    t.aio = ex_.location().aio;
-    t.core = mod_.core();
-    t.now_s = now_s();
-    t.holds_lock = lock_held_;
-    t.locked = hash_;
-    if (!old.primary.zero()) {
-      t.primary = old.primary;
-      t.vary_id = path_->zone().vary().intern(old.vary);
-    }
-    lock_held_ = false;
-    int fd = ::dup(reader_.fd());
-    if (fd >= 0) {
-      rewrite_entry(fd, old, served_, t);
-    } else {
-      path_->zone().set_expires(hash_, served_.freshness.expires_at());
-      if (t.holds_lock) {
-        uint64_t w = path_->zone().unlock(hash_);
-        if (w != 0) t.hub->notify(w, hash_);
-      }
-    }
-  } else {
-    // No longer storable after the merge: answer this once from the entry, then forget it.
-    release_lock();
-    if (std::optional<EntryView> gone = path_->zone().remove(hash_); gone && gone->exists()) {
-      remove_file_async(mod_.queue_for(*path_, ex_), ex_.location().aio, path_->path_of(hash_));
-    }
-    served_.freshness.response_time = now_s();
-    served_.freshness.corrected_initial_age = 0;
-  }
+  refresh_entry(ex_, ex_.request(), reader_.meta(), ::dup(reader_.fd()), resp.headers(), request_time_, t, served_);
   serve(CacheStatus::kRevalidated);
 }
 
@@ -720,12 +681,38 @@ void CacheState::on_fetch_head(http::ResponseHead& head) {
   http::ResponseHead& h = ex_.head();
   h = head;
   h.cache_status = cache_status_name(status_);
+  pass_view_ = PassView::kWhole;
+  if (h.status == 200) {
+    http::Validators v;
+    v.etag = h.etag;
+    if (origin_last_modified_ >= 0) v.last_modified = origin_last_modified_;
+    const ClientView view = client_view(h, v, expected_length_, true);
+    if (view == ClientView::kPreconditionFailed || view == ClientView::kUnsatisfiable) {
+      // An error answer: the fill is given up (as nginx finalizes the request with the error).
+      if (writer_ != nullptr) {
+        writer_->abort();
+        writer_ = nullptr;
+      }
+      detach_store_wait();
+      release_lock();
+      takeover();
+      phase_ = Phase::kDone;
+      ex_.respond(view == ClientView::kUnsatisfiable ? 416 : 412);
+      return;
+    }
+    if (view == ClientView::kRanges) pass_view_ = PassView::kRanges;
+    if (view == ClientView::kNotModified) pass_view_ = PassView::kNothing;  // the fill goes on; the 304 ends with it
+  }
   ex_.send_head();
 }
 
 void CacheState::on_fetch_data(const char* data, size_t len, bool by_ref) {
   if (writer_ != nullptr) writer_->append(std::string_view(data, len));
-  if (!passthrough_) return;
+  if (!passthrough_ || pass_view_ == PassView::kNothing) return;
+  if (pass_view_ == PassView::kRanges) {
+    write_view(data, len, by_ref);
+    return;
+  }
   if (by_ref) {
     ex_.write_ref(data, len);
   } else {
@@ -745,6 +732,7 @@ void CacheState::on_fetch_end(bool complete) {
 
 void CacheState::on_fetch_finish() {
   if (!passthrough_) return;
+  take_upstream_state();
   mod_.retire(std::move(fetch_));
   if (store_wait_ != nullptr) {
     finish_deferred_ = true;  // on_store_done() finishes
@@ -775,6 +763,7 @@ void CacheState::on_fetch_abort() {
   }
   if (!passthrough_) return;
   phase_ = Phase::kDone;
+  take_upstream_state();
   mod_.retire(std::move(fetch_));
   ex_.abort_response();
 }
@@ -809,8 +798,37 @@ void CacheState::on_fetch_released() {
   maybe_release();
 }
 
+// nginx keeps the upstream request of a cacheable response going when the client closes (the fill is not
+// wasted, and lock waiters get the entry): the fetch, its lock and its writer go to a BackgroundFill. Not when
+// nothing would be stored (min_uses, lock timeout, a response already found not storable).
+bool CacheState::continue_fill() {
+  if (phase_ != Phase::kFetching || fetch_ == nullptr || fetch_->done() || !store_allowed_) return false;
+  if (passthrough_ && writer_ == nullptr) return false;
+  BackgroundFill::Adopted a;
+  a.holds_lock = lock_held_;
+  a.writer = writer_;
+  a.head_seen = passthrough_;
+  a.expected = expected_length_;
+  a.request_time = request_time_;
+  if (revalidating_ && have_entry_ && !passthrough_) {
+    a.stale = &reader_.meta();
+    a.stale_fd = ::dup(reader_.fd());
+  }
+  a.fetch = std::move(fetch_);
+  detach_store_wait();  // the writer's completion no longer finishes a client response
+  lock_held_ = false;
+  writer_ = nullptr;
+  passthrough_ = false;
+  mod_.adopt_fill(std::make_unique<BackgroundFill>(mod_, std::move(a), *path_, key_, hash_));
+  return true;
+}
+
 void CacheState::on_abort() {
   aborted_ = true;
+  if (continue_fill()) {
+    maybe_release();
+    return;
+  }
   detach_store_wait();
   finish_deferred_ = false;
   if (armed()) mod_.reactor().timers().cancel(*this);

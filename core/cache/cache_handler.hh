@@ -40,6 +40,7 @@
 namespace kosoku::cache {
 
 class CacheState;
+struct EntryMeta;
 class CacheMaintainer;
 class BackgroundFill;
 class FetchExchange;
@@ -84,7 +85,13 @@ class CacheModule final : public proxy::ProxyHooks, public reactor::Poller, publ
   /// Takes a FetchExchange the cache no longer follows; it is deleted once the proxy is done with it.
   void retire(std::unique_ptr<FetchExchange> fx);
   /// Starts a background update of an expired entry (proxy_cache_background_update); the fill owns the lock.
-  void start_background(http::Exchange& ex, CachePath& path, std::string key, const Hash128& locked);
+  /// `stale`/`stale_fd` (owned; -1: none): the expired entry, revalidated with its validators when `revalidate`
+  /// (proxy_cache_revalidate).
+  void start_background(http::Exchange& ex, CachePath& path, std::string key, const Hash128& locked,
+                        const EntryMeta& stale, int stale_fd, bool revalidate);
+
+  /// Keeps a fill that lost its client (CacheState::continue_fill) until it is done.
+  void adopt_fill(std::unique_ptr<BackgroundFill> fill);
 
   /// This core's copies of small hot entries (hot_cache.hh).
   HotCache& hot() { return hot_; }

@@ -23,6 +23,92 @@ uint64_t g_boundary_seed = 0x2545F4914F6CDD1Dull;
 
 }  // namespace
 
+// The client's preconditions (RFC 9110 §13.2.2) and Range (§14) against a 200 of `size` bytes (-1: unknown,
+// then no ranges, as nginx's range filter) with validators `v`. kNotModified: `h` is a 304 now. kRanges: `h`
+// is a 206 (Content-Range, or multipart/byteranges) and pieces_ lays out its body. kUnsatisfiable: `h` carries
+// the 416's Content-Range. `in_order`: the body arrives as a stream (a MISS), so several ranges are honoured
+// only in ascending order, otherwise the whole 200 is sent (nginx sends the whole response too).
+CacheState::ClientView CacheState::client_view(http::ResponseHead& h, const http::Validators& v, int64_t size,
+                                               bool in_order) {
+  const http::Request& req = ex_.request();
+  pieces_.clear();
+  piece_ = 0;
+  piece_done_ = 0;
+  switch (http::evaluate_preconditions(req, v, ex_.location().if_modified_since)) {
+    case http::Precondition::kPreconditionFailed:
+      return ClientView::kPreconditionFailed;
+    case http::Precondition::kNotModified:
+      h.status = 304;
+      h.content_length = -1;
+      return ClientView::kNotModified;
+    case http::Precondition::kProceed:
+      break;
+  }
+  if (size < 0) return ClientView::kWhole;
+  const uint64_t len = static_cast<uint64_t>(size);
+  http::ByteRange ranges[kMaxRanges];
+  http::RangeResult rr = http::evaluate_range(req, v, len, http::RangeLimits{}, ranges);
+  if (rr.outcome == http::RangeOutcome::kUnsatisfiable) {
+    h.extra = absl::StrCat("Content-Range: bytes */", len, "\r\n");
+    h.etag.clear();
+    return ClientView::kUnsatisfiable;
+  }
+  if (rr.outcome != http::RangeOutcome::kSatisfiable) return ClientView::kWhole;
+  if (in_order) {
+    for (size_t i = 1; i < rr.count; ++i) {
+      if (ranges[i].first <= ranges[i - 1].last) return ClientView::kWhole;
+    }
+  }
+  h.status = 206;
+  if (rr.count == 1) {
+    absl::StrAppend(&h.extra, "Content-Range: bytes ", ranges[0].first, "-", ranges[0].last, "/", len, "\r\n");
+    pieces_.push_back(Piece{{}, ranges[0].first, ranges[0].size()});
+    h.content_length = static_cast<int64_t>(ranges[0].size());
+    return ClientView::kRanges;
+  }
+  g_boundary_seed = g_boundary_seed * 6364136223846793005ull + 1442695040888963407ull;
+  boundary_ = http::make_boundary(g_boundary_seed ^ mod_.reactor().now_ns());
+  http::MultipartPlan plan =
+      http::plan_multipart_byteranges(std::span<const http::ByteRange>(ranges, rr.count), len, h.content_type, boundary_);
+  multipart_type_ = std::move(plan.content_type);
+  h.content_type = multipart_type_;
+  for (http::MultipartPart& p : plan.parts) {
+    pieces_.push_back(Piece{std::move(p.header), 0, 0});
+    pieces_.push_back(Piece{{}, p.offset, p.length});
+  }
+  pieces_.push_back(Piece{std::move(plan.closing), 0, 0});
+  h.content_length = static_cast<int64_t>(plan.content_length);
+  return ClientView::kRanges;
+}
+
+// A MISS/EXPIRED/BYPASS passes the origin's 200 on as the client's view of it (client_view): the bytes of the
+// wanted ranges (and the multipart texts between them) as they stream by; the store gets every byte.
+void CacheState::write_view(const char* data, size_t len, bool by_ref) {
+  const uint64_t pos = stream_pos_;
+  stream_pos_ += len;
+  while (piece_ < pieces_.size()) {
+    Piece& p = pieces_[piece_];
+    if (p.length == 0) {
+      ex_.write(p.text);
+      ++piece_;
+      continue;
+    }
+    const uint64_t from = p.offset + piece_done_;
+    if (from >= pos + len) return;
+    const uint64_t start = from > pos ? from : pos;
+    const uint64_t end = p.offset + p.length < pos + len ? p.offset + p.length : pos + len;
+    if (by_ref) {
+      ex_.write_ref(data + (start - pos), static_cast<size_t>(end - start));
+    } else {
+      ex_.write(std::string_view(data + (start - pos), static_cast<size_t>(end - start)));
+    }
+    piece_done_ = end - p.offset;
+    if (piece_done_ < p.length) return;
+    ++piece_;
+    piece_done_ = 0;
+  }
+}
+
 void CacheState::serve(CacheStatus status) {
   status_ = status;
   phase_ = Phase::kServing;
@@ -41,6 +127,7 @@ void CacheState::serve(CacheStatus status) {
   }
   http::ResponseHead& h = ex_.head();
   proxy::build_response_head(head_resp_, ex_.location().proxy, h);
+  proxy::rewrite_redirects(ex_, ex_.location().proxy, h);  // as on the MISS that stored it (nginx)
   const uint64_t size = m.body_size;
   h.content_length = static_cast<int64_t>(size);
   h.cache_status = cache_status_name(status);
@@ -54,51 +141,26 @@ void CacheState::serve(CacheStatus status) {
     http::Validators v;
     v.etag = h.etag;
     if (m.last_modified >= 0) v.last_modified = m.last_modified;
-    switch (http::evaluate_preconditions(req, v, ex_.location().if_modified_since)) {
-      case http::Precondition::kPreconditionFailed:
+    switch (client_view(h, v, static_cast<int64_t>(size), false)) {
+      case ClientView::kPreconditionFailed:
         phase_ = Phase::kDone;
         ex_.respond(412);
         return;
-      case http::Precondition::kNotModified:
-        h.status = 304;
-        h.content_length = -1;
+      case ClientView::kNotModified:
         phase_ = Phase::kDone;
         ex_.send_head();
         ex_.finish();
         return;
-      case http::Precondition::kProceed:
+      case ClientView::kUnsatisfiable:
+        h.accept_ranges = true;
+        phase_ = Phase::kDone;
+        ex_.respond(416);
+        return;
+      case ClientView::kWhole:
+      case ClientView::kRanges:
         break;
     }
     h.accept_ranges = true;
-    http::ByteRange ranges[kMaxRanges];
-    http::RangeResult rr = http::evaluate_range(req, v, size, http::RangeLimits{}, ranges);
-    if (rr.outcome == http::RangeOutcome::kUnsatisfiable) {
-      h.extra = absl::StrCat("Content-Range: bytes */", size, "\r\n");
-      h.etag.clear();
-      phase_ = Phase::kDone;
-      ex_.respond(416);
-      return;
-    }
-    if (rr.outcome == http::RangeOutcome::kSatisfiable && rr.count == 1) {
-      h.status = 206;
-      absl::StrAppend(&h.extra, "Content-Range: bytes ", ranges[0].first, "-", ranges[0].last, "/", size, "\r\n");
-      pieces_.push_back(Piece{{}, ranges[0].first, ranges[0].size()});
-      h.content_length = static_cast<int64_t>(ranges[0].size());
-    } else if (rr.outcome == http::RangeOutcome::kSatisfiable) {
-      h.status = 206;
-      g_boundary_seed = g_boundary_seed * 6364136223846793005ull + 1442695040888963407ull;
-      boundary_ = http::make_boundary(g_boundary_seed ^ mod_.reactor().now_ns());
-      http::MultipartPlan plan = http::plan_multipart_byteranges(std::span<const http::ByteRange>(ranges, rr.count),
-                                                                 size, h.content_type, boundary_);
-      multipart_type_ = std::move(plan.content_type);
-      h.content_type = multipart_type_;
-      for (http::MultipartPart& p : plan.parts) {
-        pieces_.push_back(Piece{std::move(p.header), 0, 0});
-        pieces_.push_back(Piece{{}, p.offset, p.length});
-      }
-      pieces_.push_back(Piece{std::move(plan.closing), 0, 0});
-      h.content_length = static_cast<int64_t>(plan.content_length);
-    }
   }
   if (pieces_.empty() && size > 0) pieces_.push_back(Piece{{}, 0, size});
   ex_.send_head();

@@ -16,6 +16,7 @@
 #include "core/cache/cache_handler.hh"
 #include "core/cache/cache_store.hh"
 #include "core/cache/fetch_exchange.hh"
+#include "core/http/conditional.hh"
 #include "core/http/range.hh"
 
 namespace kosoku::cache {
@@ -42,6 +43,10 @@ class CacheState final : public http::ContentState,
   // ContentState
   void on_abort() override;
   void on_writable() override;
+  /// A client gone while the entry is opened, the lock awaited or the origin asked abandons the request.
+  bool abort_on_peer_close() const override {
+    return phase_ == Phase::kOpening || phase_ == Phase::kWaitingLock || phase_ == Phase::kFetching;
+  }
   // FetchSink
   void on_fetch_response(const http::ParsedResponse& resp) override;
   void on_fetch_head(http::ResponseHead& head) override;
@@ -66,6 +71,10 @@ class CacheState final : public http::ContentState,
     uint64_t offset = 0;
     uint64_t length = 0;
   };
+  // What the client gets of a 200 (cache_serve.cc: client_view).
+  enum class ClientView : uint8_t { kWhole, kRanges, kNotModified, kPreconditionFailed, kUnsatisfiable };
+  // How a passed-through origin response reaches the client.
+  enum class PassView : uint8_t { kWhole, kRanges, kNothing };
 
   // cache_handler.cc — may end the exchange:
   void lookup();
@@ -75,8 +84,11 @@ class CacheState final : public http::ContentState,
   void fetch(CacheStatus status, bool revalidate, bool store_allowed);
   void revalidated(const http::ParsedResponse& resp);
   void start_store(const http::ParsedResponse& resp);
+  StoreWriter::Target store_target() const;
   void release_lock();
   void takeover();
+  bool continue_fill();
+  void take_upstream_state();
   void maybe_release();
   int64_t now_s() const;
   uint64_t now_ms() const;
@@ -95,6 +107,8 @@ class CacheState final : public http::ContentState,
   void pump();
   void read_done(std::string_view data, int error);
   void finish_response();
+  ClientView client_view(http::ResponseHead& h, const http::Validators& v, int64_t size, bool in_order);
+  void write_view(const char* data, size_t len, bool by_ref);
 
   CacheModule& mod_;
   http::Exchange& ex_;
@@ -132,6 +146,9 @@ class CacheState final : public http::ContentState,
   std::shared_ptr<StoreWait> store_wait_;  // the writer's completion, while it is pending
   bool finish_deferred_ = false;           // the fetch finished; ex_.finish() waits for the store
   int64_t expected_length_ = -1;
+  int64_t origin_last_modified_ = -1;   // the passed-through response's Last-Modified
+  PassView pass_view_ = PassView::kWhole;
+  uint64_t stream_pos_ = 0;             // content bytes of the passed-through response seen so far
   int64_t request_time_ = 0;
 
   // Serving.

@@ -1,10 +1,7 @@
 // The variables of the proxy cache's templates (proxy_cache $var, proxy_cache_key, proxy_cache_bypass,
-// proxy_no_cache, proxy_cache_purge KEY, split_clients' source string): nginx's request variables and the
-// proxy's ($proxy_host, ...) through proxy::ProxyVariables, plus $arg_NAME, $cookie_NAME and split_clients
-// variables.
-//   $arg_NAME     the first NAME=value of the query (nginx ngx_http_arg: name compared case-insensitively,
-//                 value as received, not decoded); not set when absent
-//   $cookie_NAME  the value of cookie NAME in the Cookie fields (nginx: case-insensitive name, value up to ';')
+// proxy_no_cache, proxy_cache_purge KEY, split_clients' source string): nginx's request variables (among them
+// $arg_NAME and $cookie_NAME: http/variables.hh, the one definition) and the proxy's ($proxy_host, ...) through
+// proxy::ProxyVariables, plus split_clients variables:
 //   $VAR of split_clients: its value for this request (split_clients.hh)
 #pragma once
 
@@ -27,11 +24,6 @@ class CacheVariables final : public config::VariableSource {
   proxy::ProxyVariables proxy_;
   mutable int depth_ = 0;  // split_clients sources may use variables: bounded recursion
 };
-
-/// nginx's ngx_http_arg over a query string: the value of the first `name=...` (case-insensitive name).
-bool find_arg(std::string_view query, std::string_view name, std::string_view* value);
-/// The value of cookie `name` in a Cookie field value ("a=1; b=2").
-bool find_cookie(std::string_view cookie_header, std::string_view name, std::string_view* value);
 
 /// nginx's predicate (proxy_cache_bypass / proxy_no_cache): true if any template expands to a value that is
 /// neither empty nor "0".

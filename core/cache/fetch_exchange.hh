@@ -67,6 +67,13 @@ class FetchExchange final : public http::Exchange {
     sink_ = nullptr;
     passthrough_ = false;
   }
+  /// The client went away but the fetch goes on for the cache (nginx keeps a cacheable upstream request when
+  /// the client closes): from now on nothing refers to the client, and `sink` gets the rest.
+  void detach_client(FetchSink* sink) {
+    client_ = nullptr;
+    passthrough_ = false;
+    sink_ = sink;
+  }
   /// Whether writes go on to the client's connection (pending_output and low water are the client's then).
   void set_passthrough(bool on) { passthrough_ = on && client_ != nullptr; }
   /// finish(), abort_response(), respond() or release() happened: the proxy is done with this exchange.

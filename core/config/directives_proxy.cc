@@ -4,9 +4,11 @@
 // enclosing block when a block does not set it (lists as a whole), except `proxy_pass`, which acts only in
 // the location where it is written.
 //
-// Addresses: `server` and `proxy_pass` take numeric IPv4/IPv6 addresses or `localhost` (127.0.0.1), with an
-// optional port (default 80). kosoku resolves no other names (no DNS at load or at run time): such a name is
-// the error nginx gives for an unresolvable one, `host not found in upstream "NAME"`.
+// Addresses: `server` and `proxy_pass` take numeric IPv4/IPv6 addresses or host names, with an optional port
+// (default 80). As nginx, names are resolved while the configuration loads (getaddrinfo, before any loop runs:
+// nothing blocks a loop later), every address of a name becomes a server (IPv4 first, duplicates dropped), and
+// a name that does not resolve is `host not found in upstream "NAME"` at its file:line:col. Nothing is
+// resolved at run time.
 //
 // The `upstream` block's body is read by its own setter (its `server` is not the http-level `server` block,
 // so it cannot go through the shared directive registry). Names in `proxy_pass` are resolved once the whole
@@ -14,6 +16,7 @@
 // follow the locations that use it; a `proxy_pass http://ADDR:PORT` without a block gets an implicit group of
 // one server, shared by every proxy_pass naming the same address (nginx's ngx_http_upstream_add).
 #include <arpa/inet.h>
+#include <netdb.h>
 
 #include <cstring>
 #include <memory>
@@ -26,6 +29,7 @@
 #include "core/config/directive.hh"
 #include "core/config/values.hh"
 #include "core/config/variables.hh"
+#include "re2/re2.h"
 
 namespace kosoku::config {
 
@@ -36,8 +40,46 @@ using proxy::ProxySetHeader;
 using proxy::UpstreamConf;
 using proxy::UpstreamServerConf;
 
-// Parses `ADDR[:PORT]`, `[V6][:PORT]` or `localhost[:PORT]` (port default 80). False with *err.
-bool parse_upstream_address(std::string_view s, sockaddr_storage* addr, socklen_t* len, std::string* err) {
+// One address of an upstream server.
+struct Resolved {
+  sockaddr_storage addr{};
+  socklen_t len = 0;
+};
+
+// Resolves a host name (nginx's ngx_inet_resolve_host: getaddrinfo with AF_UNSPEC and SOCK_STREAM; IPv4
+// addresses first, duplicates dropped). Unlike nginx, without AI_ADDRCONFIG: glibc does not count loopback
+// addresses for it, so on an appliance whose only interface is still down `localhost` would not resolve.
+// False when the name does not resolve.
+bool resolve_name(const std::string& host, uint16_t port, std::vector<Resolved>* out) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  if (getaddrinfo(host.c_str(), nullptr, &hints, &res) != 0 || res == nullptr) return false;
+  for (int family : {AF_INET, AF_INET6}) {
+    for (const addrinfo* ai = res; ai != nullptr; ai = ai->ai_next) {
+      if (ai->ai_family != family) continue;
+      Resolved r;
+      std::memcpy(&r.addr, ai->ai_addr, ai->ai_addrlen);
+      r.len = ai->ai_addrlen;
+      if (family == AF_INET) {
+        reinterpret_cast<sockaddr_in*>(&r.addr)->sin_port = htons(port);
+      } else {
+        reinterpret_cast<sockaddr_in6*>(&r.addr)->sin6_port = htons(port);
+      }
+      bool dup = false;
+      for (const Resolved& o : *out) dup = dup || same_sockaddr(o.addr, r.addr);
+      if (!dup) out->push_back(r);
+    }
+  }
+  freeaddrinfo(res);
+  return !out->empty();
+}
+
+// Parses `ADDR[:PORT]`, `[V6][:PORT]` or `NAME[:PORT]` (port default 80) into its addresses (a name may have
+// several). *numeric: the host was an address, not a name. False with *err ("host not found" for a name that
+// does not resolve).
+bool parse_upstream_address(std::string_view s, std::vector<Resolved>* out, bool* numeric, std::string* err) {
   std::string_view host = s;
   std::string_view port;
   if (!s.empty() && s[0] == '[') {
@@ -83,25 +125,32 @@ bool parse_upstream_address(std::string_view s, sockaddr_storage* addr, socklen_
     }
     p = static_cast<uint16_t>(*v);
   }
-  std::memset(addr, 0, sizeof(*addr));
+  out->clear();
+  *numeric = true;
   std::string h(host);
-  if (absl::EqualsIgnoreCase(h, "localhost")) h = "127.0.0.1";
-  auto* in4 = reinterpret_cast<sockaddr_in*>(addr);
-  auto* in6 = reinterpret_cast<sockaddr_in6*>(addr);
+  Resolved r;
+  auto* in4 = reinterpret_cast<sockaddr_in*>(&r.addr);
+  auto* in6 = reinterpret_cast<sockaddr_in6*>(&r.addr);
   if (inet_pton(AF_INET, h.c_str(), &in4->sin_addr) == 1) {
     in4->sin_family = AF_INET;
     in4->sin_port = htons(p);
-    *len = sizeof(sockaddr_in);
+    r.len = sizeof(sockaddr_in);
+    out->push_back(r);
     return true;
   }
   if (inet_pton(AF_INET6, h.c_str(), &in6->sin6_addr) == 1) {
     in6->sin6_family = AF_INET6;
     in6->sin6_port = htons(p);
-    *len = sizeof(sockaddr_in6);
+    r.len = sizeof(sockaddr_in6);
+    out->push_back(r);
     return true;
   }
-  *err = "host not found";
-  return false;
+  *numeric = false;
+  if (h.empty() || h.find_first_of("/ \t") != std::string::npos || !resolve_name(h, p, out)) {
+    *err = "host not found";
+    return false;
+  }
+  return true;
 }
 
 std::shared_ptr<const Template> compile_value(Builder& b, const Arg& a) {
@@ -123,14 +172,11 @@ bool upstream_server(Builder& b, UpstreamConf& up, const Directive& d) {
   if (srv.name.rfind("unix:", 0) == 0) {
     return b.fail(d.args[0].loc, absl::StrCat("unix domain sockets are not supported in upstream ", quoted(up.name)));
   }
-  if (!parse_upstream_address(srv.name, &srv.addr, &srv.addr_len, &err)) {
-    if (err == "host not found") {
-      return b.fail(d.args[0].loc, absl::StrCat("host not found in upstream ", quoted(srv.name),
-                                                " (kosoku resolves only numeric addresses and localhost)"));
-    }
+  std::vector<Resolved> addrs;
+  bool numeric = true;
+  if (!parse_upstream_address(srv.name, &addrs, &numeric, &err)) {
     return b.fail(d.args[0].loc, absl::StrCat(err, " in upstream ", quoted(srv.name)));
   }
-  srv.addr_text = format_sockaddr(srv.addr);
   for (size_t i = 1; i < d.args.size(); ++i) {
     std::string_view v = d.args[i].value;
     bool ok = true;
@@ -155,7 +201,14 @@ bool upstream_server(Builder& b, UpstreamConf& up, const Directive& d) {
     }
     if (!ok) return b.fail(d.args[i].loc, absl::StrCat("invalid parameter ", quoted(v)));
   }
-  up.servers.push_back(std::move(srv));
+  // Every address of a name is a server with the same parameters (nginx's peers of one `server` line).
+  for (const Resolved& r : addrs) {
+    UpstreamServerConf one = srv;
+    one.addr = r.addr;
+    one.addr_len = r.len;
+    one.addr_text = format_sockaddr(r.addr);
+    up.servers.push_back(std::move(one));
+  }
   return true;
 }
 
@@ -339,6 +392,66 @@ bool set_proxy_next_upstream(Builder& b, Scope& s, const Directive& d) {
   return true;
 }
 
+// A literal template (no variables).
+std::shared_ptr<const Template> literal(const std::string& text) {
+  Template t;
+  t.segments.push_back(TemplateSegment{false, VarId::kUri, text});
+  return std::make_shared<const Template>(std::move(t));
+}
+
+// nginx's `proxy_redirect default` for a location named `location_name` with proxy_pass `p`.
+proxy::ProxyRedirect default_redirect(const ProxyLocationConf& p, const std::string& location_name) {
+  proxy::ProxyRedirect r;
+  r.redirect = p.pass_has_uri ? p.pass_url : absl::StrCat(p.pass_url, "/");
+  r.replacement = p.pass_has_uri ? location_name : std::string("/");
+  r.redirect_tpl = literal(r.redirect);
+  r.replacement_tpl = literal(r.replacement);
+  return r;
+}
+
+// `proxy_redirect default | off | REDIRECT REPLACEMENT;` (nginx's ngx_http_proxy_redirect). `default` stands
+// for `proxy_redirect PROXY_PASS_URL LOCATION_NAME` (or `URL/ /` when proxy_pass has no URI part) and must
+// follow proxy_pass in its location.
+bool set_proxy_redirect(Builder& b, Scope& s, const Directive& d) {
+  ProxyLocationConf& p = s.loc->proxy;
+  const std::string& first = d.args[0].value;
+  if (d.args.size() == 1 && first == "off") {
+    p.redirect_off = true;
+    p.redirect.clear();
+    return true;
+  }
+  p.redirect_off = false;
+  proxy::ProxyRedirect r;
+  if (d.args.size() == 1) {
+    if (first != "default") return b.fail(d.loc, "invalid number of arguments in \"proxy_redirect\" directive");
+    if ((s.ctx & kCtxLocation) == 0 || !p.pass) {
+      return b.fail(d.loc, "\"proxy_redirect default\" should be placed after the \"proxy_pass\" directive");
+    }
+    p.redirect.push_back(default_redirect(p, s.loc->pattern));
+    return true;
+  }
+  r.redirect = first;
+  r.replacement = d.args[1].value;
+  if (r.replacement.find_first_of("\r\n") != std::string::npos) return fail_invalid_value(b, d, 1);
+  if (!first.empty() && first[0] == '~') {
+    const bool caseless = first.size() > 1 && first[1] == '*';
+    re2::RE2::Options o;
+    o.set_log_errors(false);
+    o.set_case_sensitive(!caseless);
+    auto re = std::make_shared<const re2::RE2>(first.substr(caseless ? 2 : 1), o);
+    if (!re->ok()) {
+      return b.fail(d.args[0].loc, absl::StrCat("invalid regex ", quoted(first), ": ", re->error()));
+    }
+    r.regex = std::move(re);
+  } else {
+    r.redirect_tpl = compile_value(b, d.args[0]);
+    r.replacement_tpl = compile_value(b, d.args[1]);
+    if (!r.redirect_tpl || !r.replacement_tpl) return false;
+  }
+  p.redirect.push_back(std::move(r));
+  return true;
+}
+
 template <bool ProxyLocationConf::*M>
 bool set_proxy_flag(Builder& b, Scope& s, const Directive& d) {
   return parse_flag_arg(b, d, 0, &(s.loc->proxy.*M));
@@ -418,6 +531,11 @@ constexpr DirectiveSpec kProxyDirectives[] = {
     {.name = "proxy_hide_header", .contexts = kCtxHttpAny, .args = kTake1, .flags = kMulti,
      .set = set_proxy_name_list<&ProxyLocationConf::hide_header>,
      .merge_loc = inherit_proxy<&ProxyLocationConf::hide_header>},
+    {.name = "proxy_redirect", .contexts = kCtxHttpAny, .args = kTake12, .flags = kMulti, .set = set_proxy_redirect,
+     .merge_loc = [](LocationConf& c, const LocationConf& p) {
+       c.proxy.redirect = p.proxy.redirect;
+       c.proxy.redirect_off = p.proxy.redirect_off;
+     }},  // default: `default`, built per location at load (it needs the location's proxy_pass)
 };
 
 // ---- after the walk ----
@@ -453,6 +571,8 @@ void build_effective(LocationConf& loc) {
     if (!passed) p.hidden.emplace_back(h);
   }
   for (const std::string& n : p.hide_header) p.hidden.push_back(n);
+  // nginx: without proxy_redirect lines (and without `off`), `proxy_redirect default` applies.
+  if (p.pass && p.redirect.empty() && !p.redirect_off) p.redirect.push_back(default_redirect(p, loc.pattern));
 }
 
 bool resolve_pass(Builder& b, LocationConf& loc) {
@@ -468,21 +588,22 @@ bool resolve_pass(Builder& b, LocationConf& loc) {
     p.upstream = up.get();
     return true;
   }
-  // An address: one implicit group per distinct ADDR:PORT.
+  // An address or a host name: one implicit group per distinct ADDR:PORT / NAME:PORT (nginx's
+  // ngx_http_upstream_add), a name's group holding every address it resolves to.
   std::string text = absl::StrCat(p.pass_host, ":", p.proxy_port);
-  sockaddr_storage addr{};
-  socklen_t len = 0;
+  std::vector<Resolved> addrs;
+  bool numeric = true;
   std::string err;
-  if (!parse_upstream_address(text, &addr, &len, &err)) {
+  if (!parse_upstream_address(text, &addrs, &numeric, &err)) {
     if (err == "host not found") {
-      return b.fail(where, absl::StrCat("host not found in upstream ", quoted(p.pass_host),
-                                        " (no upstream block of that name; kosoku resolves only numeric addresses "
-                                        "and localhost)"));
+      return b.fail(where, absl::StrCat("host not found in upstream ", quoted(p.pass_host)));  // nginx: no port
     }
     return b.fail(where, absl::StrCat(err, " in upstream ", quoted(p.pass_url)));
   }
   for (const auto& up : ups) {
-    if (up->implicit && same_sockaddr(up->servers[0].addr, addr)) {
+    if (!up->implicit) continue;
+    if (numeric ? up->servers.size() == 1 && same_sockaddr(up->servers[0].addr, addrs[0].addr)
+                : absl::EqualsIgnoreCase(up->name, text)) {
       p.upstream = up.get();
       return true;
     }
@@ -492,12 +613,14 @@ bool resolve_pass(Builder& b, LocationConf& loc) {
   up->name = text;
   up->file = p.pass_file;
   up->line = p.pass_line;
-  UpstreamServerConf srv;
-  srv.name = text;
-  srv.addr = addr;
-  srv.addr_len = len;
-  srv.addr_text = format_sockaddr(addr);
-  up->servers.push_back(std::move(srv));
+  for (const Resolved& r : addrs) {
+    UpstreamServerConf srv;
+    srv.name = text;
+    srv.addr = r.addr;
+    srv.addr_len = r.len;
+    srv.addr_text = format_sockaddr(r.addr);
+    up->servers.push_back(std::move(srv));
+  }
   p.upstream = up.get();
   ups.push_back(std::move(up));
   return true;

@@ -53,6 +53,12 @@ constexpr VarName kVars[] = {
     {"proxy_port", VarId::kProxyPort},
     {"proxy_add_x_forwarded_for", VarId::kProxyAddXForwardedFor},
     {"cache_rule", VarId::kCacheRule},
+    {"upstream_addr", VarId::kUpstreamAddr},
+    {"upstream_status", VarId::kUpstreamStatus},
+    {"upstream_response_time", VarId::kUpstreamResponseTime},
+    {"upstream_connect_time", VarId::kUpstreamConnectTime},
+    {"upstream_header_time", VarId::kUpstreamHeaderTime},
+    {"upstream_response_length", VarId::kUpstreamResponseLength},
 };
 
 bool is_name_char(char c) {

@@ -13,6 +13,8 @@
 //   $content_length $is_args $pid $hostname
 //   $proxy_host $proxy_port $proxy_add_x_forwarded_for (set only while proxying)
 //   $cache_rule (core/rules/cache_rule.hh: rules::cache_rule_value)
+//   $upstream_addr $upstream_status $upstream_response_time $upstream_connect_time $upstream_header_time
+//   $upstream_response_length (http/variables.cc, from what the proxy recorded)
 //   $arg_NAME $cookie_NAME, and module-declared names (split_clients; declare_variable) — expanded by the proxy
 //   cache's source (core/cache/cache_variables.hh); elsewhere they are not set
 // Names are case-insensitive (nginx hashes them lower-cased). `$http_NAME` / `$sent_http_NAME` carry NAME
@@ -72,6 +74,14 @@ enum class VarId : uint8_t {
   kArg,       // $arg_NAME: query argument NAME (suffix = NAME, as written)
   kCookie,    // $cookie_NAME: cookie NAME of the Cookie field (suffix = NAME, as written)
   kDeclared,  // a variable declared by a module while loading (split_clients): suffix = its name
+  // ngx_http_upstream_module: from http::ResponseHead::upstream (set by core/proxy), one value per try joined
+  // by ", "; "-" for an unknown value
+  kUpstreamAddr,            // $upstream_addr
+  kUpstreamStatus,          // $upstream_status
+  kUpstreamResponseTime,    // $upstream_response_time (seconds, ms resolution: "0.012")
+  kUpstreamConnectTime,     // $upstream_connect_time
+  kUpstreamHeaderTime,      // $upstream_header_time
+  kUpstreamResponseLength,  // $upstream_response_length (body bytes)
 };
 
 /// The variable's nginx name without `$` ("remote_addr"; "http_" / "sent_http_" for the prefixed ones).

@@ -114,6 +114,10 @@ class HttpConnection final : public net::StreamHandler,
       deliver_body();
       return;
     }
+    if (state_ == State::kBusy && state_slot_ != nullptr && state_slot_->abort_on_peer_close()) {
+      stream_->close(net::Stream::Close::kAbort);  // on_closed: the content state gets on_abort()
+      return;
+    }
     if (state_ == State::kIdle || state_ == State::kReadingHead) {
       // A partial head at FIN: nothing to answer (nginx closes silently too).
       close(net::Stream::Close::kAbort);

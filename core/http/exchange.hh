@@ -45,6 +45,27 @@ struct CoreContext {
   const std::vector<const stats::CoreStats*>* all_stats = nullptr;
 };
 
+/// One try of an upstream server for a request (nginx's ngx_http_upstream_state_t), kept with the response for
+/// $upstream_addr, $upstream_status, $upstream_*_time and $upstream_response_length (core/http/variables.cc).
+/// Times are milliseconds on the loop's clock; -1: not (yet) known.
+struct UpstreamTry {
+  std::string_view addr;      // "127.0.0.1:8081" / "[::1]:8081": text owned by the configuration
+  int status = 0;             // the response's status; 502/504 for a try that failed without one; 0: none yet
+  uint64_t start_ms = 0;      // when the try began
+  int64_t connect_ms = -1;    // connection established (0 for a cached keepalive connection)
+  int64_t header_ms = -1;     // the response head received
+  int64_t response_ms = -1;   // the try ended
+  uint64_t length = 0;        // response body bytes received from the upstream
+};
+
+/// The upstream tries of one request, in order (proxy_next_upstream makes several). Past kMaxTries the last
+/// slot is reused.
+struct UpstreamState {
+  static constexpr size_t kMaxTries = 8;
+  UpstreamTry tries[kMaxTries];
+  uint8_t count = 0;
+};
+
 /// Response head fields a handler sets before send_head(). Content-Length -1: unknown — the body is sent
 /// with chunked transfer coding to HTTP/1.1 clients (RFC 9112 §7.1) and close-delimited to HTTP/1.0 ones.
 struct ResponseHead {
@@ -59,6 +80,8 @@ struct ResponseHead {
   /// $upstream_cache_status of this response (MISS, BYPASS, EXPIRED, STALE, UPDATING, REVALIDATED, HIT), set
   /// by the proxy cache (core/cache); empty when the cache was not involved. Points at a static string.
   std::string_view cache_status;
+  /// The upstream tries behind this response (set by the proxy, core/proxy); count 0 when none.
+  UpstreamState upstream;
 };
 
 /// Receives the request body (decoded: Content-Length bytes or de-chunked data) of a handler that reads it.
@@ -85,6 +108,10 @@ class ContentState {
   virtual void on_abort() = 0;
   /// The stream's pending output fell to the low-water mark (see Exchange::set_low_water).
   virtual void on_writable() = 0;
+  /// Whether a client that closes its side (FIN) while this state works means the request is abandoned:
+  /// the connection then aborts and the state gets on_abort(). The proxy says yes (nginx's upstream
+  /// check_broken_connection, proxy_ignore_client_abort off); a static response is still sent (nginx).
+  virtual bool abort_on_peer_close() const { return false; }
 };
 
 class Exchange {

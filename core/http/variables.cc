@@ -14,6 +14,84 @@
 
 namespace kosoku::http {
 
+bool find_arg(std::string_view query, std::string_view name, std::string_view* value) {
+  for (std::string_view pair : absl::StrSplit(query, '&')) {
+    const size_t eq = pair.find('=');
+    if (absl::EqualsIgnoreCase(pair.substr(0, eq), name)) {
+      *value = eq == std::string_view::npos ? std::string_view() : pair.substr(eq + 1);
+      return true;
+    }
+  }
+  return false;
+}
+
+bool find_cookie(std::string_view header, std::string_view name, std::string_view* value) {
+  for (std::string_view item : absl::StrSplit(header, ';')) {
+    item = absl::StripAsciiWhitespace(item);
+    const size_t eq = item.find('=');
+    if (eq == std::string_view::npos) continue;
+    if (absl::EqualsIgnoreCase(absl::StripTrailingAsciiWhitespace(item.substr(0, eq)), name)) {
+      *value = absl::StripAsciiWhitespace(item.substr(eq + 1));
+      return true;
+    }
+  }
+  return false;
+}
+
+namespace {
+
+// nginx's "%T.%03M": seconds with millisecond resolution.
+void append_seconds(int64_t ms, std::string& out) {
+  absl::StrAppend(&out, ms / 1000, ".", absl::Dec(ms % 1000, absl::kZeroPad3));
+}
+
+}  // namespace
+
+// The $upstream_* variables (ngx_http_upstream_module): one value per try, joined by ", " (nginx's separator
+// between the servers of one upstream group); not set when the request went to no upstream. A try that is
+// still running reports the time so far as its response time.
+bool RequestVariables::upstream_value(config::VarId id, std::string& out) const {
+  using config::VarId;
+  const UpstreamState& st = ex_.head().upstream;
+  if (st.count == 0) return false;
+  for (size_t i = 0; i < st.count; ++i) {
+    const UpstreamTry& t = st.tries[i];
+    if (i > 0) out.append(", ");
+    int64_t ms = -1;
+    switch (id) {
+      case VarId::kUpstreamAddr:
+        out.append(t.addr);
+        continue;
+      case VarId::kUpstreamStatus:
+        if (t.status != 0) {
+          absl::StrAppend(&out, t.status);
+        } else {
+          out.push_back('-');
+        }
+        continue;
+      case VarId::kUpstreamResponseLength:
+        absl::StrAppend(&out, t.length);
+        continue;
+      case VarId::kUpstreamConnectTime:
+        ms = t.connect_ms;
+        break;
+      case VarId::kUpstreamHeaderTime:
+        ms = t.header_ms;
+        break;
+      default:  // kUpstreamResponseTime
+        ms = t.response_ms;
+        if (ms < 0 && r_ != nullptr) ms = static_cast<int64_t>(r_->now_ms() - t.start_ms);
+        break;
+    }
+    if (ms >= 0) {
+      append_seconds(ms, out);
+    } else {
+      out.push_back('-');
+    }
+  }
+  return true;
+}
+
 bool RequestVariables::get(config::VarId id, std::string_view suffix, std::string& out) const {
   using config::VarId;
   const Request& req = ex_.request();
@@ -118,7 +196,7 @@ bool RequestVariables::get(config::VarId id, std::string_view suffix, std::strin
       out.append("http");
       return true;
     case VarId::kRequestTime:
-      absl::StrAppend(&out, resp_.request_time_ms / 1000, ".", absl::Dec(resp_.request_time_ms % 1000, absl::kZeroPad3));
+      append_seconds(static_cast<int64_t>(resp_.request_time_ms), out);
       return true;
     case VarId::kRequestLength:
       absl::StrAppend(&out, ex_.request_length());
@@ -164,25 +242,18 @@ bool RequestVariables::get(config::VarId id, std::string_view suffix, std::strin
       out.append(h);
       return true;
     }
-    case VarId::kArg:  // $arg_NAME: the first NAME=value in the query, undecoded (nginx)
-      for (std::string_view kv : absl::StrSplit(ex_.args(), '&')) {
-        size_t eq = kv.find('=');
-        if (absl::EqualsIgnoreCase(kv.substr(0, eq), suffix)) {
-          if (eq != std::string_view::npos) out.append(kv.substr(eq + 1));
-          return true;
-        }
-      }
-      return false;
+    case VarId::kArg: {  // $arg_NAME: the first NAME=value in the query, undecoded (nginx)
+      std::string_view v;
+      if (!find_arg(ex_.args(), suffix, &v)) return false;
+      out.append(v);
+      return true;
+    }
     case VarId::kCookie:  // $cookie_NAME: the value of cookie NAME in the Cookie fields
       for (const HeaderField& f : req.headers()) {
-        if (f.token != HeaderToken::kCookie) continue;
-        for (std::string_view kv : absl::StrSplit(f.value, ';')) {
-          kv = absl::StripAsciiWhitespace(kv);
-          size_t eq = kv.find('=');
-          if (eq != std::string_view::npos && absl::EqualsIgnoreCase(kv.substr(0, eq), suffix)) {
-            out.append(kv.substr(eq + 1));
-            return true;
-          }
+        std::string_view v;
+        if (f.token == HeaderToken::kCookie && find_cookie(f.value, suffix, &v)) {
+          out.append(v);
+          return true;
         }
       }
       return false;
@@ -194,6 +265,13 @@ bool RequestVariables::get(config::VarId id, std::string_view suffix, std::strin
     case VarId::kCacheRule:  // core/rules: "1" = do not cache
       out.append(rules::cache_rule_value(ex_));
       return true;
+    case VarId::kUpstreamAddr:
+    case VarId::kUpstreamStatus:
+    case VarId::kUpstreamResponseTime:
+    case VarId::kUpstreamConnectTime:
+    case VarId::kUpstreamHeaderTime:
+    case VarId::kUpstreamResponseLength:
+      return upstream_value(id, out);
   }
   return false;
 }

@@ -16,6 +16,13 @@ class Reactor;
 
 namespace kosoku::http {
 
+/// nginx's ngx_http_arg over a query string ($arg_NAME): the value of the first `name=...` pair (name compared
+/// case-insensitively, value as received, not decoded; "" for a bare `name`). False when absent.
+bool find_arg(std::string_view query, std::string_view name, std::string_view* value);
+/// The value of cookie `name` in one Cookie field value ("a=1; b=2"; $cookie_NAME): case-insensitive name,
+/// blanks around items trimmed. False when absent.
+bool find_cookie(std::string_view cookie_header, std::string_view name, std::string_view* value);
+
 class RequestVariables final : public config::VariableSource {
  public:
   /// What is known of the response when the variables are read (all zero before the response).
@@ -32,6 +39,8 @@ class RequestVariables final : public config::VariableSource {
   bool get(config::VarId id, std::string_view suffix, std::string& out) const override;
 
  private:
+  bool upstream_value(config::VarId id, std::string& out) const;
+
   const Exchange& ex_;
   Response resp_;
   const reactor::Reactor* r_;

@@ -16,12 +16,17 @@
 namespace kosoku::config {
 struct Template;  // config/variables.hh
 }
+namespace re2 {
+class RE2;
+}
 
 namespace kosoku::proxy {
 
 /// `server ADDRESS [weight=N] [max_fails=N] [fail_timeout=TIME] [backup] [down];` in an upstream block.
-/// ADDRESS is a numeric IPv4/IPv6 address or `localhost`, with an optional port (default 80). kosoku never
-/// resolves names at run time and resolves none but `localhost` at load time.
+/// ADDRESS is a numeric IPv4/IPv6 address or a host name, with an optional port (default 80). As nginx, a name
+/// is resolved once, when the configuration loads (getaddrinfo; IPv4 addresses first), and each of its
+/// addresses becomes a server of its own with the same parameters; a name that does not resolve fails the
+/// configuration. Nothing is resolved at run time.
 struct UpstreamServerConf {
   std::string name;               // ADDRESS as written ("127.0.0.1:8081"): the ketama points hash it (nginx)
   sockaddr_storage addr{};        // port in network order
@@ -59,6 +64,19 @@ struct ProxySetHeader {
   std::string name;
   std::string value;
   std::shared_ptr<const config::Template> value_tpl;  // never null
+};
+
+/// `proxy_redirect REDIRECT REPLACEMENT;` (or `default`, expanded when it is read): rewrites the Location and
+/// Refresh fields of upstream responses (nginx's ngx_http_proxy_rewrite_*). Text form: a field value (for
+/// Refresh, the part after "url=") that starts with REDIRECT (case-sensitive, variables expanded) gets that
+/// prefix replaced by REPLACEMENT (variables expanded). Regex form (`~` / `~*`): the value is searched with the
+/// regex and, on a match, replaced whole by REPLACEMENT with $1..$9 taken from the captures.
+struct ProxyRedirect {
+  std::string redirect;                               // text form: as written
+  std::shared_ptr<const config::Template> redirect_tpl;  // text form; never null there
+  std::shared_ptr<const re2::RE2> regex;              // regex form
+  std::string replacement;                            // as written
+  std::shared_ptr<const config::Template> replacement_tpl;  // text form
 };
 
 /// `proxy_next_upstream` conditions (nginx's NGX_HTTP_UPSTREAM_FT_*).
@@ -112,6 +130,10 @@ struct ProxyLocationConf {
   /// Effective hidden response fields (lower-case): nginx's defaults (Date, Server, X-Pad, X-Accel-*) minus
   /// pass_header, plus hide_header. Built at load.
   std::vector<std::string> hidden;
+  /// `proxy_redirect` lines of the block that set them (inherited whole when a block has none); `off` clears
+  /// them. Without any, a location with proxy_pass gets nginx's `proxy_redirect default` (built at load).
+  std::vector<ProxyRedirect> redirect;
+  bool redirect_off = false;                // `proxy_redirect off`
 };
 
 }  // namespace kosoku::proxy

@@ -11,6 +11,7 @@
 #include "core/http/chunked.hh"
 #include "core/proxy/proxy_request.hh"
 #include "core/proxy/ref_ring.hh"
+#include "core/proxy/upstream_state.hh"
 
 namespace kosoku::proxy {
 
@@ -66,6 +67,8 @@ class ProxyState final : public http::ContentState,
   // ContentState
   void on_abort() override;
   void on_writable() override;
+  /// A client gone while the upstream works abandons the request (nginx, proxy_ignore_client_abort off).
+  bool abort_on_peer_close() const override { return phase_ != Phase::kDraining && phase_ != Phase::kDone; }
   // BodySink
   void on_body_data(std::string_view data) override;
   void on_body_end() override;
@@ -126,6 +129,13 @@ class ProxyState final : public http::ContentState,
     const size_t after = ex_.pending_output();
     if (after > before) out_ += after - before;
     return out_;
+  }
+  // $upstream_* bookkeeping (upstream_state.hh).
+  http::UpstreamTry* current_try() { return proxy::current_try(ex_.head().upstream); }
+  int64_t try_elapsed(const http::UpstreamTry& t) const { return proxy::try_elapsed(t, mod_.reactor().now_ms()); }
+  void end_try(int status) { proxy::end_try(ex_.head().upstream, status, mod_.reactor().now_ms()); }
+  void count_received(size_t n) {
+    if (http::UpstreamTry* t = current_try()) t->length += n;
   }
   std::string upstream_text() const {
     if (up_peer_ < 0) return conf_->pass_url;
@@ -244,9 +254,11 @@ void ProxyState::connect_next() {
     return;
   }
   up_peer_ = peer;
+  begin_try(ex_.head().upstream, group_->balancer().server(peer).addr_text, r.now_ms());
   std::string err;
   up_ = group_->acquire(peer, this, &err);
   if (up_ == nullptr) {
+    end_try(502);
     KOSOKU_LOG(kAlert, "%s while connecting to upstream%s", err, context());
     group_->balancer().done(attempt_, PeerResult::kNext, r.now_ms());
     fail_request(500);
@@ -261,6 +273,7 @@ void ProxyState::connect_next() {
   extra_ = false;
   last_len_ = 0;
   if (up_->connected()) {
+    if (http::UpstreamTry* t = current_try()) t->connect_ms = 0;  // a cached keepalive connection
     phase_ = Phase::kWaitingHead;
     send_request();
     return;
@@ -271,6 +284,7 @@ void ProxyState::connect_next() {
 
 void ProxyState::on_upstream_connected() {
   if (deferred_status_ != 0 || phase_ != Phase::kConnecting) return;
+  if (http::UpstreamTry* t = current_try()) t->connect_ms = try_elapsed(*t);
   phase_ = Phase::kWaitingHead;
   send_request();
 }
@@ -413,6 +427,7 @@ void ProxyState::on_body_end() {
 void ProxyState::on_body_error(int status) {
   body_done_ = true;
   if (deferred_status_ != 0 || phase_ == Phase::kDraining || phase_ == Phase::kDone) return;
+  end_try(0);
   if (up_ != nullptr) {
     up_->close();
     up_ = nullptr;
@@ -453,6 +468,7 @@ bool ProxyState::retry_allowed(uint32_t ft) const {
 }
 
 void ProxyState::retry(uint32_t ft, PeerResult result) {
+  end_try(ft == kNextTimeout ? 504 : 502);
   const bool cached = cached_error(ft);
   if (up_ != nullptr) {
     up_->close();
@@ -467,6 +483,7 @@ void ProxyState::retry(uint32_t ft, PeerResult result) {
 }
 
 void ProxyState::give_up(PeerResult result, int status) {
+  end_try(status == 504 ? 504 : 502);
   if (up_ != nullptr) {
     up_->close();
     up_ = nullptr;
@@ -564,12 +581,17 @@ void ProxyState::read_head() {
 }
 
 void ProxyState::on_response_head() {
+  if (http::UpstreamTry* t = current_try()) {
+    t->status = resp_.status;
+    t->header_ms = try_elapsed(*t);
+  }
   const uint32_t ft = next_upstream_flag(resp_.status);
   if (ft != 0 && retry_allowed(ft)) {
     retry(ft, resp_.status == 403 || resp_.status == 404 ? PeerResult::kNext : PeerResult::kFailed);
     return;
   }
   build_response_head(resp_, *conf_, ex_.head());
+  rewrite_redirects(ex_, *conf_, ex_.head());
   if (ProxyHooks* hooks = mod_.hooks()) {
     observer_ = hooks->observe(ex_, resp_);
     if (observer_ != nullptr) observer_->on_head(resp_);
@@ -634,6 +656,7 @@ void ProxyState::pump() {
         const bool last = n == remaining_;
         deliver(&data, 1, last);
         s.consume(n);
+        count_received(n);
         remaining_ -= n;
         if (remaining_ == 0) {
           if (!s.input().empty()) extra_ = true;
@@ -666,6 +689,7 @@ void ProxyState::pump() {
         }
         deliver(spans, count, done);
         s.consume(used);
+        count_received(used);
         if (done) {
           if (!s.input().empty()) extra_ = true;
           complete();
@@ -677,6 +701,7 @@ void ProxyState::pump() {
         const std::string_view data(in.data(), in.size() < space ? in.size() : space);
         deliver(&data, 1, false);
         s.consume(data.size());
+        count_received(data.size());
         break;
       }
       case http::ResponseFraming::kNone:
@@ -703,6 +728,7 @@ void ProxyState::deliver(const std::string_view* spans, size_t count, bool last)
 }
 
 void ProxyState::complete() {
+  end_try(0);
   phase_ = Phase::kDraining;
   if (observer_ != nullptr) {
     observer_->on_end(true);
@@ -725,6 +751,7 @@ void ProxyState::complete() {
 }
 
 void ProxyState::abort_client() {
+  end_try(502);
   phase_ = Phase::kDone;
   if (observer_ != nullptr) {
     observer_->on_end(false);
@@ -754,6 +781,7 @@ void ProxyState::on_writable() {
 
 void ProxyState::on_abort() {
   aborted_ = true;
+  end_try(0);
   if (observer_ != nullptr) {
     observer_->on_end(false);
     observer_.reset();

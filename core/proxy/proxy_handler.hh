@@ -22,7 +22,11 @@
 //      truncated response as complete;
 //   5. a response that ended cleanly on an HTTP/1.1 (or keep-alive) connection whose request was fully sent
 //      returns the connection to the group's keepalive cache; everything else closes it. A client that goes
-//      away closes the upstream connection (never cached).
+//      away (reset, or FIN while the upstream works: nginx's check_broken_connection) closes the upstream
+//      connection (never cached).
+// Every try is recorded in the response head (http::UpstreamState: address, status, connect/header/response
+// times, body bytes) for $upstream_addr, $upstream_status, $upstream_*_time and $upstream_response_length;
+// Location and Refresh go through proxy_redirect (proxy_request.hh: rewrite_redirects).
 // Pipelined client requests are answered in order: the client connection hands over one request at a time.
 //
 // Seam for the cache (proxy_cache, issue 5): ProxyHooks::intercept runs before anything goes upstream and may

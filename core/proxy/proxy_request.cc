@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <span>
 
 #include "absl/strings/ascii.h"
@@ -12,6 +13,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "core/rules/cache_rule.hh"
+#include "re2/re2.h"
 
 namespace kosoku::proxy {
 
@@ -157,6 +159,73 @@ void build_request_head(const http::Exchange& ex, const ProxyLocationConf& conf,
     }
   }
   out.append("\r\n");
+}
+
+bool rewrite_redirect_value(const http::Exchange& ex, const ProxyLocationConf& conf, std::string_view value,
+                            size_t prefix, std::string& out) {
+  const std::string_view tail = value.substr(prefix);
+  std::string pattern;
+  for (const ProxyRedirect& r : conf.redirect) {
+    if (r.regex != nullptr) {
+      // The regex form: searched in the value; on a match the value is replaced whole, $N from the captures.
+      re2::StringPiece sub[10];
+      const int n = std::min(r.regex->NumberOfCapturingGroups() + 1, 10);
+      if (!r.regex->Match(re2::StringPiece(tail.data(), tail.size()), 0, tail.size(), re2::RE2::UNANCHORED, sub, n)) {
+        continue;
+      }
+      out.assign(value.substr(0, prefix));
+      const std::string& rep = r.replacement;
+      for (size_t i = 0; i < rep.size(); ++i) {
+        if (rep[i] == '$') {  // $N or ${N}
+          size_t d = i + 1;
+          const bool braced = d < rep.size() && rep[d] == '{';
+          if (braced) ++d;
+          if (d < rep.size() && absl::ascii_isdigit(rep[d]) && (!braced || (d + 1 < rep.size() && rep[d + 1] == '}'))) {
+            const int k = rep[d] - '0';
+            if (k < n) out.append(sub[k].data(), sub[k].size());
+            i = braced ? d + 1 : d;
+            continue;
+          }
+        }
+        out.push_back(rep[i]);
+      }
+      return true;
+    }
+    ProxyVariables vars(ex, conf);
+    pattern.clear();
+    config::expand(*r.redirect_tpl, vars, pattern);
+    if (!absl::StartsWith(tail, pattern)) continue;
+    out.assign(value.substr(0, prefix));
+    config::expand(*r.replacement_tpl, vars, out);
+    out.append(tail.substr(pattern.size()));
+    return true;
+  }
+  return false;
+}
+
+void rewrite_redirects(const http::Exchange& ex, const ProxyLocationConf& conf, http::ResponseHead& head) {
+  if (conf.redirect.empty()) return;
+  std::string out;
+  if (!head.location.empty() && rewrite_redirect_value(ex, conf, head.location, 0, out)) head.location = std::move(out);
+  // Refresh: "N; url=URL" — only the URL is rewritten (nginx's ngx_http_proxy_rewrite_refresh).
+  std::string_view extra = head.extra;
+  for (size_t at = 0; at < extra.size();) {
+    size_t eol = extra.find("\r\n", at);
+    if (eol == std::string_view::npos) eol = extra.size();
+    const std::string_view line = extra.substr(at, eol - at);
+    const size_t colon = line.find(':');
+    if (colon != std::string_view::npos && absl::EqualsIgnoreCase(line.substr(0, colon), "refresh")) {
+      const size_t vstart = line.find_first_not_of(' ', colon + 1);
+      const std::string_view value = vstart == std::string_view::npos ? std::string_view() : line.substr(vstart);
+      const size_t url = absl::AsciiStrToLower(value).find("url=");
+      if (url != std::string::npos && rewrite_redirect_value(ex, conf, value, url + 4, out)) {
+        std::string rebuilt = absl::StrCat(extra.substr(0, at), line.substr(0, colon), ": ", out, extra.substr(eol));
+        head.extra = std::move(rebuilt);
+        return;
+      }
+    }
+    at = eol + 2;
+  }
 }
 
 void build_response_head(const http::ParsedResponse& resp, const ProxyLocationConf& conf, http::ResponseHead& head) {

@@ -61,6 +61,16 @@ void build_request_head(const http::Exchange& ex, const ProxyLocationConf& conf,
 /// Views in `head` point into `resp`'s buffer, which must outlive the response's send_head().
 void build_response_head(const http::ParsedResponse& resp, const ProxyLocationConf& conf, http::ResponseHead& head);
 
+/// proxy_redirect (nginx's ngx_http_proxy_rewrite_redirect / _refresh): rewrites head.location and the URL of a
+/// Refresh field in head.extra ("5; url=..."), with the first proxy_redirect line that applies (proxy_conf.hh:
+/// ProxyRedirect). Variables expand with ProxyVariables. Nothing changes when no line applies.
+void rewrite_redirects(const http::Exchange& ex, const ProxyLocationConf& conf, http::ResponseHead& head);
+
+/// One value through the proxy_redirect lines: the part from `prefix` on is rewritten into `out` (whole value).
+/// False (out untouched) when no line applies.
+bool rewrite_redirect_value(const http::Exchange& ex, const ProxyLocationConf& conf, std::string_view value,
+                            size_t prefix, std::string& out);
+
 /// nginx's rule for retrying after the request was sent: POST, PATCH and LOCK are not idempotent
 /// (RFC 9110 §9.2.2 lists the idempotent ones; nginx treats unknown methods as idempotent too).
 bool idempotent(const http::Request& req);

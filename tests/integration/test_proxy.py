@@ -139,6 +139,8 @@ RAW = {
     "interim": (b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n"
                 b"HTTP/1.1 200 OK\r\nContent-Length: 13\r\n\r\nafter interim", True),
     "head304": (b'HTTP/1.1 304 Not Modified\r\nETag: "x"\r\n\r\n', True),
+    "interimcc": (b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </a>\r\nCache-Control: no-store\r\n"
+                  b"\r\nHTTP/1.1 200 OK\r\nCache-Control: max-age=60\r\nContent-Length: 13\r\n\r\nafter interim", True),
 }
 HOP_HEADERS = [
     ("Connection", "X-Secret, keep-alive"), ("X-Secret", "hop-only"), ("Keep-Alive", "timeout=5"),
@@ -265,6 +267,13 @@ class Origin:
             data, keep = RAW[route]
             c.sendall(data)
             return keep
+        if route == "interimslow":  # interim responses in separate writes, then the final one
+            for part in (b"HTTP/1.1 100 Continue\r\n\r\n", b"HTTP/1.1 103 Early Hints\r\nLink: </s.css>\r\n",
+                         b"\r\n", b"HTTP/1.1 200 OK\r\nCache-Control: max-age=60\r\nContent-Length: 12\r\n\r\n",
+                         b"final answer"):
+                c.sendall(part)
+                time.sleep(0.1)
+            return True
         base = [("X-Origin", self.name), ("X-Conn", str(req.conn_id))]
         if route == "bigchunked":
             c.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
@@ -287,6 +296,9 @@ class Origin:
             status, body = ("502 Bad Gateway", b"o2 is broken") if self.name == "o2" else ("200 OK", b"o1 ok")
         elif route == "hop":
             headers, body = HOP_HEADERS, b"hop body"
+        elif route == "redirect":
+            status, body = "302 Found", b"moved"
+            headers = [("Location", q["loc"]), ("Refresh", f"3; url={q['loc']}")]
         else:
             headers = [("Cache-Control", "max-age=60"), ("Content-Type", "text/plain")]
             if route in ("c01", "c02"):
@@ -320,9 +332,17 @@ class Env:
         self.o2.reset()
 
 
-def proxy_config(port: int, o1: int, o2: int, dead: int, hole: int) -> str:
+UPSTREAM_LOG = ("'$request_uri|$upstream_addr|$upstream_status|$upstream_response_time|$upstream_connect_time|"
+                "$upstream_header_time|$upstream_response_length'")
+
+
+def proxy_config(port: int, o1: int, o2: int, dead: int, hole: int, work: Path) -> str:
     return f"""
     client_max_body_size 64m;
+    log_format upstream {UPSTREAM_LOG};
+    proxy_cache_path {work}/pc levels=1:2 keys_zone=pc:1m;
+    upstream logpair {{ server 127.0.0.1:{dead} max_fails=0; server 127.0.0.1:{o1} max_fails=0; }}
+    upstream named {{ server localhost:{o1}; keepalive 4; }}
     upstream ka {{ server 127.0.0.1:{o1}; keepalive 8; }}
     upstream rr {{ server 127.0.0.1:{o1}; server 127.0.0.1:{o2}; }}
     upstream failover {{ server 127.0.0.1:{dead} max_fails=1 fail_timeout=30s; server 127.0.0.1:{o1}; }}
@@ -361,6 +381,28 @@ def proxy_config(port: int, o1: int, o2: int, dead: int, hole: int) -> str:
         location /nobody/ {{ proxy_pass http://127.0.0.1:{o1}; proxy_pass_request_body off; }}
         location /noheaders/ {{ proxy_pass http://127.0.0.1:{o1}; proxy_pass_request_headers off; }}
         location /hide/ {{ proxy_pass http://127.0.0.1:{o1}; proxy_hide_header X-Kept; proxy_pass_header X-Pad; }}
+        location /logged/ {{
+            proxy_pass http://logpair;
+            access_log {work}/upstream.log upstream;
+            add_header X-Up "$upstream_addr|$upstream_status|$upstream_connect_time";
+        }}
+        location = /noupstream {{ return 200 "local"; access_log {work}/upstream.log upstream; }}
+        location /named/ {{ proxy_pass http://named; proxy_http_version 1.1; proxy_set_header Connection ""; }}
+        location /byname/ {{ proxy_pass http://localhost:{o1}; access_log {work}/upstream.log upstream; }}
+        location /rd/ {{ proxy_pass http://127.0.0.1:{o1}/one/; }}
+        location /rdplain/ {{ proxy_pass http://127.0.0.1:{o1}; }}
+        location /rdtext/ {{
+            proxy_pass http://127.0.0.1:{o1};
+            proxy_redirect http://internal.example/ http://$host/ext/;
+            proxy_redirect ~^https://cdn\\.internal/([a-z]+)/(.*)$ /cdn/$2?bucket=$1;
+        }}
+        location /rdoff/ {{ proxy_pass http://127.0.0.1:{o1}/one/; proxy_redirect off; }}
+        location /cached/ {{
+            proxy_pass http://127.0.0.1:{o1};
+            proxy_cache pc;
+            proxy_cache_lock on;
+            add_header X-Cache $upstream_cache_status;
+        }}
     }}
 """
 
@@ -378,8 +420,8 @@ def env(tmp_path_factory) -> Env:
         f.setblocking(False)
         f.connect_ex(hole.getsockname())
     work = tmp_path_factory.mktemp("proxy")
-    srv = sut.ServerProcess(sut.SUT, Path(work), proxy_config(port, o1.port, o2.port, dead, hole.getsockname()[1]),
-                            [port])
+    srv = sut.ServerProcess(sut.SUT, Path(work),
+                            proxy_config(port, o1.port, o2.port, dead, hole.getsockname()[1], Path(work)), [port])
     srv.start()
     e = Env(port, o1, o2, dead, srv)
     yield e
@@ -893,4 +935,203 @@ def test_many_concurrent_clients(env):
         results = list(pool.map(one, range(200)))
     assert all(results), results.count(False)
     assert env.o1.hits("echo") == 200
-    assert env.o1.connections <= 8 * sut.WORKERS + 20  # cached connections are reused under load
+    # Cached connections are reused under load. Not a tight bound: a core whose share of the 20 concurrent
+    # clients exceeds `keepalive 8` opens (and then closes) extra connections in every wave, and how the
+    # clients spread over the cores varies from run to run (a loaded machine: 45 of 200 seen).
+    assert env.o1.connections <= 200 // 2
+
+
+# ------------------------------------------------------------------------------------------------------------
+# $upstream_* variables (ngx_http_upstream_module), in log_format and add_header.
+
+
+def upstream_log_lines(env: Env, prefix: str, n: int, timeout: float = 5.0) -> list[list[str]]:
+    """The access-log lines (split on '|') whose $request_uri starts with prefix, once there are n of them
+    (the log is flushed within a second)."""
+    path = env.server.workdir / "upstream.log"
+    deadline = time.monotonic() + timeout
+    while True:
+        lines = path.read_text().splitlines() if path.exists() else []
+        mine = [ln.split("|") for ln in lines if ln.startswith(prefix)]
+        if len(mine) >= n or time.monotonic() > deadline:
+            return mine
+        time.sleep(0.1)
+
+
+SECONDS = r"\d+\.\d{3}"
+
+
+def test_upstream_variables_in_the_access_log_and_add_header(env):
+    import re
+
+    prefix = f"/logged/r{random.randrange(10**6):06d}"
+    dead, o1 = f"127.0.0.1:{env.dead}", f"127.0.0.1:{env.o1.port}"
+    headers = []
+    with sut.Conn(env.port, timeout=10) as c:  # one connection = one core: the round robin alternates
+        for i in range(4):
+            c.send(f"GET {prefix}/echo?i={i} HTTP/1.1\r\nHost: proxy.example.com\r\n\r\n".encode())
+            r = c.read_response(timeout=10)
+            assert r.status == 200
+            headers.append((r.header("X-Up"), len(r.body)))
+    lines = upstream_log_lines(env, prefix, 4)
+    assert len(lines) == 4, lines
+    two = [ln for ln in lines if ln[1] == f"{dead}, {o1}"]
+    one = [ln for ln in lines if ln[1] == o1]
+    assert len(two) >= 1 and len(two) + len(one) == 4, lines
+    for ln in two:  # a refused try: 502, never connected, no header; then the answer
+        _, _, status, rtime, ctime, htime, length = ln
+        assert status == "502, 200"
+        assert re.fullmatch(f"{SECONDS}, {SECONDS}", rtime), ln
+        assert re.fullmatch(f"-, {SECONDS}", ctime), ln
+        assert re.fullmatch(f"-, {SECONDS}", htime), ln
+        assert re.fullmatch(r"0, \d+", length), ln
+    for ln in one:
+        assert ln[2] == "200" and re.fullmatch(SECONDS, ln[3]) and re.fullmatch(SECONDS, ln[4]), ln
+    # $upstream_response_length is the body the upstream sent.
+    by_i = {ln[0]: ln for ln in lines}
+    for i, (xup, blen) in enumerate(headers):
+        ln = by_i[f"{prefix}/echo?i={i}"]
+        assert ln[6].split(", ")[-1] == str(blen)
+        # add_header sees the same tries, at header time.
+        addr, status, ctime = xup.split("|")
+        assert (addr, status) == (ln[1], ln[2])
+        assert re.fullmatch(f"(-, )?{SECONDS}", ctime), xup
+    # Times measure the upstream: a 300 ms origin delay shows in the header and response times.
+    with sut.Conn(env.port, timeout=10) as c:
+        for i in range(2):
+            c.send(f"GET {prefix}/echo?delay=300&j={i} HTTP/1.1\r\nHost: proxy.example.com\r\n\r\n".encode())
+            assert c.read_response(timeout=10).status == 200
+    for ln in upstream_log_lines(env, f"{prefix}/echo?delay", 2):
+        assert float(ln[5].split(", ")[-1]) >= 0.29 and float(ln[3].split(", ")[-1]) >= 0.29, ln
+        assert float(ln[4].split(", ")[-1]) < 0.29, ln
+    # No upstream: "-" for every variable (log_format's default escaping prints "-" for an unset variable).
+    assert get(env, "/noupstream?x=1").status == 200
+    ln = upstream_log_lines(env, "/noupstream?x=1", 1)[0]
+    assert ln[1:] == ["-"] * 6, ln
+
+
+# ------------------------------------------------------------------------------------------------------------
+# proxy_redirect (Location and Refresh).
+
+
+def test_proxy_redirect_default_text_regex_and_off(env):
+    o1 = f"http://127.0.0.1:{env.o1.port}"
+
+    def redirect(path: str, loc: str) -> tuple[str, str]:
+        r = get(env, f"{path}?loc={urllib.parse.quote(loc, safe='')}")
+        assert r.status == 302, r
+        location = r.header("Location")
+        # nginx's header filter then makes a relative Location absolute (absolute_redirect); kosoku passes it on.
+        own = f"http://proxy.example.com:{env.port}"
+        if sut.SUT == "nginx" and location.startswith(own + "/"):
+            location = location[len(own):]
+        return location, r.header("Refresh")
+
+    # default with a URI part: "http://127.0.0.1:PORT/one/" -> "/rd/".
+    assert redirect("/rd/redirect", f"{o1}/one/next?a=1") == ("/rd/next?a=1", "3; url=/rd/next?a=1")
+    assert redirect("/rd/redirect", f"{o1}/elsewhere") == (f"{o1}/elsewhere", f"3; url={o1}/elsewhere")
+    # default without a URI part: "http://127.0.0.1:PORT/" -> "/".
+    assert redirect("/rdplain/redirect", f"{o1}/rdplain/x") == ("/rdplain/x", "3; url=/rdplain/x")
+    # Text with variables, and a regex whose captures build the replacement.
+    assert redirect("/rdtext/redirect", "http://internal.example/a/b")[0] == "http://proxy.example.com/ext/a/b"
+    assert redirect("/rdtext/redirect", "https://cdn.internal/img/x/y.png")[0] == "/cdn/x/y.png?bucket=img"
+    assert redirect("/rdtext/redirect", f"{o1}/kept")[0] == f"{o1}/kept"  # explicit lines replace the default
+    # off.
+    assert redirect("/rdoff/redirect", f"{o1}/one/next") == (f"{o1}/one/next", f"3; url={o1}/one/next")
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Upstream host names, resolved when the configuration loads.
+
+
+def test_upstream_and_proxy_pass_host_names(env):
+    d = echo(get(env, "/named/echo?x=1"))
+    assert d["origin"] == "o1" and d["version"] == "HTTP/1.1"
+    assert echo(get(env, "/byname/echo?y=2"))["origin"] == "o1"
+    ln = upstream_log_lines(env, "/byname/echo?y=2", 1)[0]
+    assert ln[1] == f"127.0.0.1:{env.o1.port}"  # localhost's address (/etc/hosts)
+
+
+def test_unresolvable_host_name_fails_the_configuration(tmp_path):
+    body = "server {\n    listen 127.0.0.1:1;\n    location / {\n        proxy_pass http://nosuchhost.invalid:8080;\n    }\n}"
+    p = sut.ServerProcess(sut.SUT, tmp_path, body, [])
+    r = p.check_config()
+    err = (r.stdout + r.stderr).decode(errors="replace")
+    assert r.returncode != 0, err
+    assert 'host not found in upstream "nosuchhost.invalid"' in err, err
+    if sut.SUT == "kosoku":
+        line = p.conf_text.splitlines().index("        proxy_pass http://nosuchhost.invalid:8080;") + 1
+        assert f"{p.conf_path}:{line}:20:" in err, err  # file:line:col of the address
+    body2 = "upstream u { server 127.0.0.1:1; server nosuchhost.invalid; }\nserver { listen 127.0.0.1:1; }"
+    r = sut.ServerProcess(sut.SUT, tmp_path / "2", body2, []).check_config()
+    assert r.returncode != 0 and b'host not found in upstream "nosuchhost.invalid"' in r.stdout + r.stderr
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Upstream 1xx interim responses are skipped (also when caching, split over several reads, on a cached
+# keepalive connection that stays usable afterwards).
+
+
+def test_interim_responses_through_the_cache_and_keepalive(env):
+    sut.nginx_deviation("nginx 1.22 takes an upstream 100 for the final response and passes the rest as its body")
+    prefix = f"/cached/r{random.randrange(10**6):06d}"
+    for route, body in (("interimcc", b"after interim"), ("interimslow", b"final answer")):
+        r = get(env, f"{prefix}/{route}")
+        assert (r.status, r.body, r.header("X-Cache")) == (200, body, "MISS"), route
+        assert not r.has("Link")
+        r = get(env, f"{prefix}/{route}")
+        assert (r.status, r.body, r.header("X-Cache")) == (200, body, "HIT"), route
+        assert env.o1.hits(route) == 1
+    env.reset()
+    with sut.Conn(env.port, timeout=10) as c:
+        for i in range(3):
+            c.send(f"GET /ka/interim?i={i} HTTP/1.1\r\nHost: proxy.example.com\r\n\r\n".encode())
+            r = c.read_response(timeout=10)
+            assert (r.status, r.body) == (200, b"after interim")
+            c.send(f"GET /ka/interimslow?i={i} HTTP/1.1\r\nHost: proxy.example.com\r\n\r\n".encode())
+            r = c.read_response(timeout=10)
+            assert (r.status, r.body) == (200, b"final answer")
+    assert env.o1.connections <= 1 and len({r.conn_id for r in env.o1.requests}) == 1  # reused for all six
+
+
+# ------------------------------------------------------------------------------------------------------------
+# A client that goes away while the upstream is slow: the upstream request is abandoned.
+
+
+def test_client_close_while_waiting_abandons_the_upstream_request(env):
+    target = f"/ka/r{random.randrange(10**6):06d}/echo?delay=3000"
+    c = socket.create_connection(("127.0.0.1", env.port))
+    c.sendall(f"GET {target} HTTP/1.1\r\nHost: proxy.example.com\r\n\r\n".encode())
+    time.sleep(0.4)
+    c.close()  # FIN, not RST (nginx: "client prematurely closed connection, so upstream connection is closed too")
+    t0 = time.monotonic()
+    while not env.o1.aborted and time.monotonic() - t0 < 2.5:
+        time.sleep(0.05)
+    # The origin saw its connection closed before it answered: abandoned, so never back in the keepalive pool.
+    assert env.o1.aborted == [target], "the upstream connection was not closed before the origin answered"
+    t0 = time.monotonic()
+    for i in range(3):  # the pool serves at once
+        assert get(env, f"/ka/echo?after={i}").status == 200
+    assert time.monotonic() - t0 < 2
+
+
+def test_client_close_during_a_cacheable_fetch_keeps_filling(env):
+    # nginx: for a cacheable request the upstream request goes on when the client closes (u->cacheable in
+    # ngx_http_upstream_check_broken_connection); the response is stored and requests waiting on the cache
+    # lock get it.
+    target = f"/cached/r{random.randrange(10**6):06d}/slowfill?delay=1500"
+    c = socket.create_connection(("127.0.0.1", env.port))
+    c.sendall(f"GET {target} HTTP/1.1\r\nHost: proxy.example.com\r\n\r\n".encode())
+    time.sleep(0.4)
+    c.close()
+    time.sleep(0.2)
+    t0 = time.monotonic()
+    r = get(env, target)  # waits on the lock for the abandoned client's fill
+    assert (r.status, r.body) == (200, b"route slowfill")
+    assert time.monotonic() - t0 < 3
+    assert env.o1.aborted == []  # the upstream request was not cut short
+    if sut.SUT == "kosoku":
+        # The fill completed and the lock waiter got the entry. (nginx 1.22 keeps the upstream request too,
+        # but loses the fill when sending the head to the departed client fails: the waiter fetches again.)
+        assert r.header("X-Cache") == "HIT" and env.o1.hits("slowfill") == 1
+        assert get(env, target).header("X-Cache") == "HIT"

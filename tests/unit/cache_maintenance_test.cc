@@ -14,6 +14,7 @@
 #include "core/cache/cache_variables.hh"
 #include "core/cache/purge.hh"
 #include "core/cache/split_clients.hh"
+#include "core/http/variables.hh"
 #include "gtest/gtest.h"
 #include "tests/unit/disk_test_util.hh"
 
@@ -68,6 +69,9 @@ TEST(SplitClientsTest, MatchesNginx) {
 }
 
 TEST(CacheVariablesTest, ArgsAndCookies) {
+  // The cache expands $arg_NAME / $cookie_NAME through the shared request variables (http/variables.hh).
+  using http::find_arg;
+  using http::find_cookie;
   std::string_view v;
   EXPECT_TRUE(find_arg("a=1&nocache=yes&b=", "nocache", &v));
   EXPECT_EQ(v, "yes");
@@ -83,6 +87,9 @@ TEST(CacheVariablesTest, ArgsAndCookies) {
   EXPECT_TRUE(find_cookie("session=abc; nocache=1;theme=dark", "THEME", &v));
   EXPECT_EQ(v, "dark");
   EXPECT_FALSE(find_cookie("session=abc", "sess", &v));
+  EXPECT_TRUE(find_cookie("a=1;  theme = dark ;b", "theme", &v));
+  EXPECT_EQ(v, "dark");
+  EXPECT_FALSE(find_cookie("flag; other=1", "flag", &v));  // an item without '=' is no cookie
 }
 
 class MaintenanceTest : public ::testing::Test {

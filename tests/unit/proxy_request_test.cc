@@ -8,10 +8,13 @@
 
 #include <gtest/gtest.h>
 
+#include "core/cache/cache_variables.hh"
 #include "core/config/loader.hh"
+#include "core/config/variables.hh"
 #include "core/http/exchange.hh"
 #include "core/http/parser.hh"
 #include "core/http/uri.hh"
+#include "core/http/variables.hh"
 #include "core/proxy/proxy_request.hh"
 
 namespace kosoku::proxy {
@@ -364,7 +367,9 @@ TEST(ProxyConfig, Errors) {
             std::string::npos);
   EXPECT_NE(load_error("upstream u { server 10.0.0.1 weight=0; }").find("invalid parameter \"weight=0\""),
             std::string::npos);
-  EXPECT_NE(load_error("upstream u { server example.com; }").find("host not found in upstream \"example.com\""),
+  // RFC 6761: .invalid names never resolve.
+  EXPECT_NE(load_error("upstream u { server nosuchhost.invalid; }")
+                .find("t.conf:1:28: host not found in upstream \"nosuchhost.invalid\""),
             std::string::npos);
   EXPECT_NE(load_error("upstream u { server unix:/tmp/s; }").find("unix domain sockets"), std::string::npos);
   EXPECT_NE(load_error("upstream u { hash $uri; server 10.0.0.1; server 10.0.0.2 backup; }").find("backup"),
@@ -377,6 +382,136 @@ TEST(ProxyConfig, Errors) {
   EXPECT_NE(load_error("proxy_next_upstream http_418;").find("invalid value \"http_418\""), std::string::npos);
   EXPECT_NE(load_error("proxy_http_version 2.0;").find("invalid value \"2.0\""), std::string::npos);
   EXPECT_NE(load_error("proxy_set_header X-A $nosuch;").find("unknown \"nosuch\" variable"), std::string::npos);
+}
+
+// $arg_NAME and $cookie_NAME have one definition (http::RequestVariables); the proxy's and the cache's sources
+// delegate to it, so proxy_set_header, proxy_cache_key and log_format see the same values.
+TEST(ProxyVariablesTest, ArgAndCookieAreTheSharedOnes) {
+  auto conf = load(std::string(kServer) + "location / { proxy_pass http://127.0.0.1:81; } }");
+  RequestOnly ex(*conf, "GET /p?a=1&NoCache=yes&flag HTTP/1.1\r\nHost: h\r\nCookie: s=1; Theme = dark \r\n"
+                        "Cookie: late=2\r\n\r\n");
+  const config::Template t = config::compile("[$arg_nocache|$arg_flag|$arg_none|$cookie_theme|$cookie_late|$cookie_x]",
+                                             config::SourceLoc{}, nullptr);
+  std::string shared, proxied, cached;
+  config::expand(t, http::RequestVariables(ex, {}, nullptr), shared);
+  config::expand(t, ProxyVariables(ex, ex.location().proxy), proxied);
+  config::expand(t, cache::CacheVariables(ex), cached);
+  EXPECT_EQ(shared, "[yes|||dark|2|]");
+  EXPECT_EQ(proxied, shared);
+  EXPECT_EQ(cached, shared);
+}
+
+// nginx resolves host names when the configuration loads; every address becomes a server.
+TEST(ProxyConfig, HostNamesResolveAtLoad) {
+  auto conf = load("upstream u { server localhost:8081 weight=2 max_fails=3; server 127.0.0.2:8082; } " +
+                   std::string(kServer) + "location / { proxy_pass http://u; } location /n/ { proxy_pass "
+                   "http://localhost:8083; } location /m/ { proxy_pass http://LOCALHOST:8083/x/; } }");
+  const auto& ups = conf->http.proxy.upstreams;
+  ASSERT_GE(ups[0]->servers.size(), 2u);
+  const UpstreamServerConf& first = ups[0]->servers[0];
+  EXPECT_EQ(first.name, "localhost:8081");
+  EXPECT_EQ(first.addr_text, "127.0.0.1:8081");  // /etc/hosts: localhost is 127.0.0.1 (IPv4 first)
+  for (size_t i = 0; i + 1 < ups[0]->servers.size(); ++i) {
+    EXPECT_EQ(ups[0]->servers[i].weight, 2u);
+    EXPECT_EQ(ups[0]->servers[i].max_fails, 3u);
+    EXPECT_NE(ups[0]->servers[i].addr_text.find("8081"), std::string::npos);
+  }
+  EXPECT_EQ(ups[0]->servers.back().addr_text, "127.0.0.2:8082");
+  const auto& locs = conf->http.servers[0]->locations;
+  const UpstreamConf* implicit = locs[1].proxy.upstream;
+  EXPECT_TRUE(implicit->implicit);
+  EXPECT_EQ(implicit->name, "localhost:8083");
+  EXPECT_EQ(implicit->servers[0].addr_text, "127.0.0.1:8083");
+  EXPECT_EQ(locs[2].proxy.upstream, implicit);  // one implicit group per NAME:PORT (case-insensitive)
+  EXPECT_NE(load_error(std::string(kServer) + "location / { proxy_pass http://nosuchhost.invalid:81; } }")
+                .find("t.conf:1:64: host not found in upstream \"nosuchhost.invalid\""),
+            std::string::npos);
+}
+
+std::string redirected(const config::MainConf& conf, const std::string& uri, std::string location,
+                       std::string extra = {}) {
+  RequestOnly ex(conf, "GET " + uri + " HTTP/1.1\r\nHost: front.example\r\n\r\n");
+  http::ResponseHead h;
+  h.location = std::move(location);
+  h.extra = std::move(extra);
+  rewrite_redirects(ex, ex.location().proxy, h);
+  return h.extra.empty() ? h.location : h.location + "|" + h.extra;
+}
+
+TEST(ProxyRedirectTest, DefaultTextRegexOffAndRefresh) {
+  auto conf = load(std::string(kServer) +
+                   "location /two/ { proxy_pass http://127.0.0.1:8000/one/; } "
+                   "location /plain/ { proxy_pass http://127.0.0.1:8000; } "
+                   "location /text/ { proxy_pass http://127.0.0.1:8000; "
+                   "  proxy_redirect http://origin.internal/ http://$host:$server_port/; "
+                   "  proxy_redirect ~*^https?://cdn\\.internal/(\\w+)/(.*)$ /static/$2?from=${1}; } "
+                   "location /off/ { proxy_pass http://127.0.0.1:8000; proxy_redirect off; "
+                   "  location /off/inner/ { proxy_pass http://127.0.0.1:8000; } } "
+                   "location /expl/ { proxy_pass http://127.0.0.1:8000/x/; proxy_redirect default; "
+                   "  proxy_redirect http://a/ http://b/; } }");
+  // default: proxy_pass URL (with its URI part) -> the location's name.
+  EXPECT_EQ(redirected(*conf, "/two/a", "http://127.0.0.1:8000/one/page?q=1"), "/two/page?q=1");
+  EXPECT_EQ(redirected(*conf, "/two/a", "http://127.0.0.1:8000/other"), "http://127.0.0.1:8000/other");
+  // default without a URI part: URL + "/" -> "/".
+  EXPECT_EQ(redirected(*conf, "/plain/a", "http://127.0.0.1:8000/plain/b"), "/plain/b");
+  EXPECT_EQ(redirected(*conf, "/plain/a", "/relative"), "/relative");
+  // Text with variables; the first line that applies wins; a regex replaces the value whole, with captures.
+  EXPECT_EQ(redirected(*conf, "/text/a", "http://origin.internal/x/y"), "http://front.example:8080/x/y");
+  EXPECT_EQ(redirected(*conf, "/text/a", "http://origin.internal"), "http://origin.internal");  // prefix too short
+  EXPECT_EQ(redirected(*conf, "/text/a", "HTTPS://CDN.internal/img/a/b.png"), "/static/a/b.png?from=img");
+  EXPECT_EQ(redirected(*conf, "/text/a", "http://127.0.0.1:8000/z"), "http://127.0.0.1:8000/z");  // no default
+  // Refresh: only the URL after "url=" is rewritten; other fields stay.
+  EXPECT_EQ(redirected(*conf, "/text/a", "", "X-A: 1\r\nRefresh: 5; URL=http://origin.internal/next\r\nX-B: 2\r\n"),
+            "|X-A: 1\r\nRefresh: 5; URL=http://front.example:8080/next\r\nX-B: 2\r\n");
+  EXPECT_EQ(redirected(*conf, "/text/a", "", "Refresh: 5\r\n"), "|Refresh: 5\r\n");
+  // off, inherited by a nested location (which then gets no default either).
+  EXPECT_EQ(redirected(*conf, "/off/a", "http://127.0.0.1:8000/off/b"), "http://127.0.0.1:8000/off/b");
+  EXPECT_EQ(redirected(*conf, "/off/inner/a", "http://127.0.0.1:8000/x"), "http://127.0.0.1:8000/x");
+  // An explicit `default` next to other lines.
+  EXPECT_EQ(redirected(*conf, "/expl/a", "http://127.0.0.1:8000/x/1"), "/expl/1");
+  EXPECT_EQ(redirected(*conf, "/expl/a", "http://a/2"), "http://b/2");
+  EXPECT_NE(load_error(std::string(kServer) + "location / { proxy_redirect default; proxy_pass http://127.0.0.1; } }")
+                .find("\"proxy_redirect default\" should be placed after the \"proxy_pass\" directive"),
+            std::string::npos);
+  EXPECT_NE(load_error("proxy_redirect ~( /x;").find("invalid regex"), std::string::npos);
+}
+
+// $upstream_* (nginx's formats): one value per try joined by ", ", seconds with millisecond resolution,
+// "-" for what a try never reached; not set without an upstream.
+TEST(ProxyVariablesTest, UpstreamStateFormats) {
+  auto conf = load(std::string(kServer) + "location / { proxy_pass http://127.0.0.1:81; } }");
+  RequestOnly ex(*conf, "GET / HTTP/1.1\r\nHost: h\r\n\r\n");
+  const config::Template t = config::compile(
+      "$upstream_addr|$upstream_status|$upstream_response_time|$upstream_connect_time|$upstream_header_time|"
+      "$upstream_response_length",
+      config::SourceLoc{}, nullptr);
+  auto expand = [&](config::LogEscape e) {
+    config::Template x = t;
+    x.escape = e;
+    std::string out;
+    config::expand(x, http::RequestVariables(ex, {}, nullptr), out);
+    return out;
+  };
+  EXPECT_EQ(expand(config::LogEscape::kNone), "|||||");
+  EXPECT_EQ(expand(config::LogEscape::kDefault), "-|-|-|-|-|-");
+  http::UpstreamState& st = ex.head().upstream;
+  st.count = 2;
+  st.tries[0].addr = "127.0.0.1:8001";
+  st.tries[0].status = 502;
+  st.tries[0].response_ms = 3;
+  st.tries[1].addr = "[::1]:8002";
+  st.tries[1].status = 200;
+  st.tries[1].connect_ms = 1;
+  st.tries[1].header_ms = 1042;
+  st.tries[1].response_ms = 61250;
+  st.tries[1].length = 5120;
+  EXPECT_EQ(expand(config::LogEscape::kNone),
+            "127.0.0.1:8001, [::1]:8002|502, 200|0.003, 61.250|-, 0.001|-, 1.042|0, 5120");
+  // Through the proxy's source too (proxy_set_header could use them: they describe earlier tries).
+  std::string via_proxy;
+  config::expand(config::compile("$upstream_status", config::SourceLoc{}, nullptr),
+                 ProxyVariables(ex, ex.location().proxy), via_proxy);
+  EXPECT_EQ(via_proxy, "502, 200");
 }
 
 TEST(ProxyConfig, NextUpstreamFlags) {
