@@ -92,8 +92,9 @@ int start_backend(const config::MainConf& conf, std::string* err, std::string* n
   if (note != nullptr) {
     *note = absl::StrCat("port ", g_port->id(), " (", g_port->driver(), "): ", pc.cores, " core(s) on ",
                          g_port->queue_pairs(), " queue pair(s), ",
-                         g_port->rss_programmed() ? "RSS with the symmetric key"
-                                                  : absl::StrCat("software flow steering (", g_port->rss_note(), ")"),
+                         pc.cores == 1                ? "no steering needed"
+                         : g_port->rss_programmed() ? "RSS with the symmetric key"
+                                                    : absl::StrCat("software flow steering (", g_port->rss_note(), ")"),
                          "; checksums: TX ", g_port->tx_checksum_offload() ? "offloaded" : "software", ", RX ",
                          g_port->rx_checksum_offload() ? "offloaded" : "software");
   }
