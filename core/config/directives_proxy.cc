@@ -55,7 +55,19 @@ bool resolve_name(const std::string& host, uint16_t port, std::vector<Resolved>*
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* res = nullptr;
-  if (getaddrinfo(host.c_str(), nullptr, &hints, &res) != 0 || res == nullptr) return false;
+  if (getaddrinfo(host.c_str(), nullptr, &hints, &res) != 0 || res == nullptr) {
+    // RFC 6761 §6.3: `localhost` is the loopback address even where nothing says so (an appliance image
+    // without /etc/hosts).
+    if (!absl::EqualsIgnoreCase(host, "localhost")) return false;
+    Resolved r;
+    auto* in4 = reinterpret_cast<sockaddr_in*>(&r.addr);
+    in4->sin_family = AF_INET;
+    in4->sin_port = htons(port);
+    in4->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    r.len = sizeof(sockaddr_in);
+    out->push_back(r);
+    return true;
+  }
   for (int family : {AF_INET, AF_INET6}) {
     for (const addrinfo* ai = res; ai != nullptr; ai = ai->ai_next) {
       if (ai->ai_family != family) continue;
