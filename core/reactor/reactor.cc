@@ -19,11 +19,14 @@ const char kDays[7][4] = {"Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"};
 const char kMonths[12][4] = {"Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
 
 // Tries the fastest setup first and falls back for older kernels: SINGLE_ISSUER + DEFER_TASKRUN (6.1) keep
-// completions on this thread; COOP_TASKRUN (5.19) avoids IPIs; SUBMIT_ALL keeps submitting past an error.
+// completions on this thread; COOP_TASKRUN (5.19) avoids IPIs; SUBMIT_ALL keeps submitting past an error;
+// TASKRUN_FLAG (5.19) raises IORING_SQ_TASKRUN while completions wait as task work, so a busy loop can tell
+// without a system call whether entering the kernel would reap anything.
 int setup_ring(io_uring* ring, unsigned entries) {
   const unsigned flag_sets[] = {
-      IORING_SETUP_SUBMIT_ALL | IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN | IORING_SETUP_CQSIZE,
-      IORING_SETUP_SUBMIT_ALL | IORING_SETUP_COOP_TASKRUN | IORING_SETUP_CQSIZE,
+      IORING_SETUP_SUBMIT_ALL | IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN | IORING_SETUP_TASKRUN_FLAG |
+          IORING_SETUP_CQSIZE,
+      IORING_SETUP_SUBMIT_ALL | IORING_SETUP_COOP_TASKRUN | IORING_SETUP_TASKRUN_FLAG | IORING_SETUP_CQSIZE,
       IORING_SETUP_CQSIZE,
   };
   int rc = -EINVAL;
@@ -132,12 +135,9 @@ void Reactor::run_tasks() {
 }
 
 void Reactor::update_clock() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  now_ns_ = static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+  now_ns_ = clock_.now_ns();
   now_ms_ = now_ns_ / 1000000ull;
-  clock_gettime(CLOCK_REALTIME_COARSE, &ts);
-  wall_s_ = ts.tv_sec;
+  wall_s_ = clock_.wall_s();
   if (wall_s_ != date_s_) {
     date_s_ = wall_s_;
     time_t t = wall_s_;
@@ -146,6 +146,13 @@ void Reactor::update_clock() {
     snprintf(http_date_, sizeof(http_date_), "%s, %02d %s %04d %02d:%02d:%02d GMT", kDays[g.tm_wday], g.tm_mday,
              kMonths[g.tm_mon], g.tm_year + 1900, g.tm_hour, g.tm_min, g.tm_sec);
   }
+}
+
+bool Reactor::kernel_has_work() const {
+  if (io_uring_sq_ready(&ring_) > 0) return true;
+  const unsigned kflags = IO_URING_READ_ONCE(*ring_.sq.kflags);
+  if ((kflags & (IORING_SQ_TASKRUN | IORING_SQ_CQ_OVERFLOW)) != 0) return true;
+  return now_ns_ - last_enter_ns_ >= kBusyEnterIntervalNs;
 }
 
 void Reactor::run() {
@@ -190,12 +197,18 @@ void Reactor::run() {
     }
     if (stopping()) break;
     if (wait_ms == 0) {
-      // Also runs deferred task work (DEFER_TASKRUN rings post CQEs only when asked).
-      io_uring_submit_and_get_events(&ring_);
+      if (kernel_has_work()) {
+        // Also runs deferred task work (DEFER_TASKRUN rings post CQEs only when asked).
+        io_uring_submit_and_get_events(&ring_);
+        last_enter_ns_ = now_ns_;
+        ++kernel_enters_;
+      }
     } else {
       __kernel_timespec ts{static_cast<long long>(wait_ms / 1000), static_cast<long long>((wait_ms % 1000) * 1000000)};
       io_uring_cqe* cqe = nullptr;
       io_uring_submit_and_wait_timeout(&ring_, &cqe, 1, &ts, nullptr);
+      last_enter_ns_ = now_ns_;
+      ++kernel_enters_;
     }
     ++iterations_;
   }
