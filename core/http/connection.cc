@@ -389,7 +389,12 @@ void HttpConnection::process() {
       continue;
     }
     std::span<const char> in = stream_->input();
-    if (in.empty()) break;
+    if (in.empty()) {
+      // The client half-closed (FIN) and every request it sent is answered: close now, as nginx does, instead
+      // of idling until keepalive_timeout. (A FIN in the middle of a head or body is handled by on_peer_closed.)
+      if (peer_closed_ && state_ == State::kIdle) close(net::Stream::Close::kGraceful);
+      break;
+    }
     if (stream_->pending_output() > kPipelineHighWater) {
       waiting_output_ = true;
       stream_->set_low_water(kPipelineHighWater / 2);

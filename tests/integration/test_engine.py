@@ -469,3 +469,42 @@ def test_arg_and_cookie_variables_in_return(tmp):
         assert r.body == b"a= c=\n"
     finally:
         assert k.stop() == 0
+
+
+def _half_close_exchange(port, request: bytes, timeout: float):
+    """Sends `request`, half-closes (FIN), reads to EOF; returns (bytes read, seconds to EOF)."""
+    s = socket.create_connection(("127.0.0.1", port))
+    s.settimeout(timeout)
+    t0 = time.monotonic()
+    s.sendall(request)
+    s.shutdown(socket.SHUT_WR)
+    data = b""
+    while True:
+        chunk = s.recv(1 << 16)
+        if not chunk:
+            break
+        data += chunk
+    s.close()
+    return data, time.monotonic() - t0
+
+
+def test_half_closed_client_gets_eof_after_its_responses(tmp):
+    # Regression (QA): a client that sent its request(s) and then shut down its writing side waited for
+    # keepalive_timeout (75 s by default) after the response was complete; nginx closes at once.
+    k = Kosoku(tmp, workers=1, server="keepalive_timeout 75s;")
+    big = os.urandom(4 << 20)
+    (k.www / "big.bin").write_bytes(big)
+    k.start()
+    try:
+        one = b"GET /index.html HTTP/1.1\r\nHost: t\r\n\r\n"
+        data, took = _half_close_exchange(k.port, one, 10 * sut.SLOWDOWN)
+        assert data.startswith(b"HTTP/1.1 200") and data.endswith(b"<h1>home</h1>\n")
+        assert took < 3 * sut.SLOWDOWN
+        # Two pipelined requests then FIN: both answered, then EOF (the second says Connection: close).
+        data, took = _half_close_exchange(k.port, one + b"GET /big.bin HTTP/1.1\r\nHost: t\r\n\r\n", 20 * sut.SLOWDOWN)
+        assert data.count(b"HTTP/1.1 200") == 2
+        assert data.endswith(big)
+        assert took < 5 * sut.SLOWDOWN
+        assert k.proc.poll() is None
+    finally:
+        assert k.stop() == 0
