@@ -395,14 +395,7 @@ void Tcb::process_text(const TcpSegment& seg) {
   if (seq != rcv_nxt_) {  // out of order: keep it (bounded by the window) and send a duplicate ACK now
     ++stack_.stats_.out_of_order_in;
     if (!closing_ && (!data.empty() || fin)) {
-      auto it = std::lower_bound(ooo_.begin(), ooo_.end(), seq,
-                                 [](const OooSegment& o, SeqNum s) { return o.seq < s; });
-      bool dup = it != ooo_.end() && it->seq == seq && it->data.size() >= data.size();
-      if (!dup) {
-        ooo_bytes_ += data.size();
-        ooo_.insert(it, OooSegment{seq, std::string(reinterpret_cast<const char*>(data.data()), data.size()), fin});
-        update_memory();
-      }
+      ooo_insert(seq, data, fin);
       if (sack_ok_ && !data.empty()) sack_note_ooo(seq);
     }
     send_ack();

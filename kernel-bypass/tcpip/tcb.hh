@@ -29,6 +29,7 @@
 #include <netinet/in.h>
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -90,6 +91,9 @@ class Tcb final : public net::Stream {
   bool timestamps() const { return ts_ok_; }
   uint32_t ts_recent() const { return ts_recent_; }
   size_t buffer_bytes() const { return in_cap_ + out_block_bytes_; }
+  /// Out-of-order payload bytes held, and the number of (non-overlapping) queued ranges.
+  size_t ooo_bytes() const { return ooo_bytes_; }
+  size_t ooo_segments() const { return ooo_.size(); }
   /// Bytes this connection holds: sizeof(Tcb) + buffers + out-of-order data + SACK scoreboard (what
   /// TcpStats::memory_bytes sums).
   size_t memory_bytes() const;
@@ -160,6 +164,11 @@ class Tcb final : public net::Stream {
   bool acceptable(const TcpSegment& seg) const;
   void process_ack(const TcpSegment& seg);
   void process_text(const TcpSegment& seg);
+  /// Out-of-order reassembly (tcb_reassembly.cc): keeps [seq, seq + data) minus what the queue already
+  /// holds, appended to a contiguous predecessor; bytes beyond recv_buffer_bytes (in-order + queued) or a
+  /// segment beyond max_ooo_segments() are dropped (TcpStats::ooo_dropped).
+  void ooo_insert(SeqNum seq, std::span<const uint8_t> data, bool fin);
+  size_t max_ooo_segments() const;
   void peer_fin();
   void take_syn_options(const TcpOptions& o, bool we_offered);
   void challenge_ack();

