@@ -52,7 +52,7 @@ struct DiskQueueConf {
   uint32_t max_queue = 65536;
 };
 
-/// `listen ADDR:PORT [default_server] [reuseport] [backlog=N] [so_keepalive=...];` (server). Default `*:80`
+/// `listen ADDR:PORT [default_server] [reuseport] [deferred] [backlog=N] [so_keepalive=...];` (server). Default `*:80`
 /// (nginx: 80 as root).
 struct ListenConf {
   sockaddr_storage addr{};  // AF_INET or AF_INET6, port in network order
@@ -67,6 +67,9 @@ struct ListenConf {
   uint32_t keepidle_s = 0;
   uint32_t keepintvl_s = 0;
   uint32_t keepcnt = 0;
+  // `deferred` (nginx): TCP_DEFER_ACCEPT on the kernel backend — a connection is accepted only once its first
+  // data (the request) has arrived, saving a wake-up per connection. kosoku's own TCP stack ignores it.
+  bool deferred = false;
 };
 
 /// A `allow`/`deny` rule (http, server, location), evaluated in order; first match wins; no match → allow.

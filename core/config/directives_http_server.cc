@@ -55,7 +55,7 @@ bool parse_so_keepalive(std::string_view v, ListenConf* l) {
   return true;
 }
 
-// `listen ADDR[:PORT] [default_server|default] [reuseport] [backlog=N] [so_keepalive=...] [bind];`
+// `listen ADDR[:PORT] [default_server|default] [reuseport] [deferred] [backlog=N] [so_keepalive=...] [bind];`
 bool set_listen(Builder& b, Scope& s, const Directive& d) {
   ListenConf l;
   std::string err;
@@ -69,6 +69,9 @@ bool set_listen(Builder& b, Scope& s, const Directive& d) {
       l.default_server = true;
     } else if (v == "reuseport") {
       l.reuseport = true;
+      opts = true;
+    } else if (v == "deferred") {
+      l.deferred = true;
       opts = true;
     } else if (v == "bind") {
       // Every ListenSocket is bound on its own address already (see conf.hh ListenSocket).

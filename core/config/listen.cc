@@ -86,6 +86,7 @@ bool group_listen_sockets(Builder& b) {
         ls.conf.keepidle_s = l.keepidle_s;
         ls.conf.keepintvl_s = l.keepintvl_s;
         ls.conf.keepcnt = l.keepcnt;
+        ls.conf.deferred = l.deferred;
       }
     }
   }

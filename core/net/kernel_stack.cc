@@ -659,6 +659,9 @@ int open_listen_socket(const config::ListenConf& conf, std::string* err) {
     if (intvl > 0) setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl));
     if (cnt > 0) setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt));
   }
+  if (conf.deferred) {  // listen deferred (nginx): accept once the request's first bytes are in (1 s, as nginx)
+    setsockopt(fd, IPPROTO_TCP, TCP_DEFER_ACCEPT, &one, sizeof(one));
+  }
   if (family == AF_INET6) setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
   if (::bind(fd, reinterpret_cast<const sockaddr*>(&conf.addr), conf.addr_len) < 0 ||
       ::listen(fd, conf.backlog) < 0) {

@@ -508,3 +508,24 @@ def test_half_closed_client_gets_eof_after_its_responses(tmp):
         assert k.proc.poll() is None
     finally:
         assert k.stop() == 0
+
+
+def test_listen_deferred_serves_immediate_and_late_requests(tmp):
+    # `listen ... deferred` (TCP_DEFER_ACCEPT): the kernel hands over a connection once its request is in; a
+    # client that writes its request a moment after connecting is still served.
+    k = Kosoku(tmp, workers=1)
+    k.conf.write_text(k.conf.read_text().replace(f"listen 127.0.0.1:{k.port};", f"listen 127.0.0.1:{k.port} deferred;"))
+    k.start()
+    try:
+        assert k.get("/index.html").status == 200
+        s = socket.create_connection(("127.0.0.1", k.port), timeout=10 * sut.SLOWDOWN)
+        time.sleep(0.3)
+        s.sendall(b"GET /index.html HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+        data = b""
+        while chunk := s.recv(65536):
+            data += chunk
+        s.close()
+        assert data.startswith(b"HTTP/1.1 200") and data.endswith(b"<h1>home</h1>\n")
+        assert k.status()["requests"] >= 2
+    finally:
+        assert k.stop() == 0

@@ -130,5 +130,24 @@ TEST(TcpSoKeepalive, KernelListeningSocketCarriesTheOptions) {
   }
 }
 
+// `listen ... deferred` (nginx): TCP_DEFER_ACCEPT on the listening socket; a bare `listen` leaves it off. Only one
+// server may give options for an address (deferred counts as one, like backlog=).
+TEST(ListenDeferred, SetsTcpDeferAcceptOnTheKernelListeningSocket) {
+  int fd = open_first("http { server { listen 127.0.0.1:8080 deferred; } }");
+  ASSERT_GE(fd, 0);
+  int v = 0;
+  socklen_t len = sizeof(v);
+  ASSERT_EQ(getsockopt(fd, IPPROTO_TCP, TCP_DEFER_ACCEPT, &v, &len), 0);
+  EXPECT_GE(v, 1);  // Linux reports the retransmission-rounded timeout in seconds
+  close(fd);
+  fd = open_first("http { server { listen 127.0.0.1:8080; } }");
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(getsockopt(fd, IPPROTO_TCP, TCP_DEFER_ACCEPT, &v, &len), 0);
+  EXPECT_EQ(v, 0);
+  close(fd);
+  EXPECT_EQ(err("http {\n server { listen 80 deferred; }\n server { listen 80 deferred; }\n}"),
+            "t.conf:3:11: duplicate listen options for 0.0.0.0:80");
+}
+
 }  // namespace
 }  // namespace kosoku::config
