@@ -166,6 +166,9 @@ void Tcb::syn_sent_arrives(const TcpSegment& seg) {
   if (!h.has(kSyn)) return;
   irs_ = h.seq;
   rcv_nxt_ = irs_ + 1;
+  // Our SYN's (unscaled, RFC 7323 §2.2) window counts from IRS + 1, unknown when the SYN left: anchor the
+  // advertised right edge here, or RCV.ADV - RCV.NXT is garbage and can refuse all data (issue 4).
+  rcv_adv_ = rcv_nxt_ + std::min<uint32_t>(rcv_space(), 65535);
   take_syn_options(seg.options, true);
   snd_wnd_ = max_snd_wnd_ = h.window;
   snd_wl1_ = h.seq;
@@ -815,15 +818,19 @@ void Tcb::notify_readable() {
 void Tcb::close(Close how) {
   if (closing_) return;
   closing_ = true;
+  bool unread = in_end_ > in_begin_;
   in_begin_ = in_end_ = 0;
   ooo_.clear();
   ooo_bytes_ = 0;
   update_memory();
-  if (how == Close::kAbort || state_ == TcpState::kSynSent || state_ == TcpState::kSynReceived) {
+  // net::Stream: kAbort resets only a connection with unread input; otherwise what was not sent yet is
+  // dropped and a FIN follows what was (as the kernel backend and Linux's close() do).
+  if ((how == Close::kAbort && unread) || state_ == TcpState::kSynSent || state_ == TcpState::kSynReceived) {
     send_rst(snd_nxt_);
     terminate(0);
     return;
   }
+  if (how == Close::kAbort) drop_unsent();
   if (state_ == TcpState::kEstablished) {
     enter(TcpState::kFinWait1);
   } else if (state_ == TcpState::kCloseWait) {

@@ -10,7 +10,8 @@
 // The right window edge never moves left (RFC 9293 §3.8.6.2.2 / MUST-34).
 //
 // Close: kGraceful sends what is queued then FIN, discards further input, and reports on_closed once both
-// FINs are acknowledged (TIME_WAIT or CLOSED), or after lingering_time_ms with an RST. kAbort sends RST.
+// FINs are acknowledged (TIME_WAIT or CLOSED), or after lingering_time_ms with an RST. kAbort sends RST if
+// input is unread, otherwise drops the output not yet sent and sends a FIN (net::Stream's contract).
 // The TCB may outlive on_closed (TIME_WAIT); memory is freed by TcpStack::reap(), never inside a callback.
 //
 // SACK (RFC 2018), when both SYNs carry SACK-permitted: as receiver, every ACK sent while out-of-order data is
@@ -190,6 +191,9 @@ class Tcb final : public net::Stream {
   void rtt_sample(uint64_t rtt_ms);
   size_t copy_out(size_t offset, uint8_t* dst, size_t len) const;
   void drop_acked(size_t n);
+  /// close(kAbort) without unread input: drops the output never sent (the chain keeps SND.MAX - data_seq_
+  /// bytes, which may still need retransmitting) (tcb_idle.cc).
+  void drop_unsent();
   void append_block(OutBlock* b);
   SeqNum fin_seq() const { return data_seq_ + static_cast<uint32_t>(out_bytes_); }
   bool fin_acked() const { return fin_sent_ && snd_una_ > fin_seq(); }

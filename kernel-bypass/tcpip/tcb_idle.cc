@@ -10,6 +10,7 @@
 // While data is outstanding no probe is sent: the retransmission timer watches the peer then.
 #include <arpa/inet.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 
@@ -103,6 +104,31 @@ void Tcb::on_keepalive_timer() {
   ++stack_.stats_.keepalive_probes;
   ++ka_unanswered_;
   arm(keepalive_timer_, ka_interval_ms_);
+}
+
+void Tcb::drop_unsent() {
+  size_t keep = snd_max_ > data_seq_ ? std::min<size_t>(snd_max_ - data_seq_, out_bytes_) : 0;
+  size_t seen = 0;
+  OutBlock* last = nullptr;
+  for (OutBlock* b = head_; b != nullptr;) {
+    size_t n = b->end - b->begin;
+    if (seen < keep || (b == head_ && keep == 0)) {  // kept (the head block stays for reuse)
+      if (seen + n > keep) b->end = b->begin + static_cast<uint32_t>(keep - seen);
+      seen += b->end - b->begin;
+      last = b;
+      b = b->next;
+      continue;
+    }
+    OutBlock* next = b->next;
+    if (b->ref == nullptr) out_block_bytes_ -= b->cap;
+    std::free(b);
+    b = next;
+  }
+  if (last != nullptr) last->next = nullptr;
+  head_ = last != nullptr ? head_ : nullptr;
+  tail_ = last;
+  out_bytes_ = keep;
+  update_memory();
 }
 
 size_t Tcb::memory_bytes() const {

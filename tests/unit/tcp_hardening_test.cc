@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <random>
 
 #include "kernel-bypass/tcpip/tcb.hh"
@@ -151,6 +152,67 @@ TEST(TcpHardening, RandomOverlapsReassembleExactly) {
   }
   EXPECT_EQ(server.ooo_segments(), 0u);
   EXPECT_EQ(f.sink.received, payload);
+}
+
+
+// net::Stream::Close::kAbort with nothing unread: a FIN, no RST (nginx closing an idle keep-alive connection,
+// SIGTERM on idle connections).
+TEST(TcpHardening, AbortWithoutUnreadInputSendsFin) {
+  Link link;
+  Sink sink;
+  Source source;
+  net::Stream* c = connect_kept_open(link, sink, source, kPort);
+  ASSERT_NE(c, nullptr);
+  c->write("GET / HTTP/1.1\r\n\r\n");
+  c->flush();
+  ASSERT_TRUE(link.run_until([&] { return !sink.received.empty(); }, 1000));  // read and consumed
+  sink.stream->close(net::Stream::Close::kAbort);
+  ASSERT_TRUE(link.run_until([&] { return source.peer_closed; }, 1000));
+  EXPECT_EQ(link.tcp(1).stats().rst_out, 0u);
+  EXPECT_FALSE(source.closed);  // a FIN, not a reset: the client may still close in its own time
+  c->close(net::Stream::Close::kGraceful);
+  ASSERT_TRUE(link.run_until([&] { return source.closed && sink.closed; }, 5000));
+  EXPECT_EQ(source.close_error, 0);
+  EXPECT_EQ(link.tcp(0).stats().rst_in + link.tcp(1).stats().rst_in, 0u);
+}
+
+// kAbort with unread input: RST (RFC 2525 §2.17), the peer sees ECONNRESET.
+TEST(TcpHardening, AbortWithUnreadInputSendsRst) {
+  Link link;
+  Sink sink;
+  sink.consume = false;
+  Source source;
+  net::Stream* c = connect_kept_open(link, sink, source, kPort);
+  ASSERT_NE(c, nullptr);
+  c->write("unread");
+  c->flush();
+  ASSERT_TRUE(link.run_until([&] { return sink.stream->input().size() == 6; }, 1000));
+  sink.stream->close(net::Stream::Close::kAbort);
+  ASSERT_TRUE(link.run_until([&] { return source.closed; }, 1000));
+  EXPECT_EQ(link.tcp(1).stats().rst_out, 1u);
+  EXPECT_EQ(source.close_error, ECONNRESET);
+}
+
+// kAbort drops the output not sent yet: the peer gets a prefix of it, then the FIN right after the last byte
+// that went out (no RST, no sequence gap).
+TEST(TcpHardening, AbortDropsUnsentOutputThenFin) {
+  Link link;
+  Sink sink;
+  Source source;
+  net::Stream* c = connect_kept_open(link, sink, source, kPort);
+  ASSERT_NE(c, nullptr);
+  std::string big = pattern_bytes(1 << 20, 21);
+  sink.stream->write(big);
+  sink.stream->flush();  // the initial window sends a few segments; the rest waits for ACKs
+  size_t pending = sink.stream->pending_output();
+  sink.stream->close(net::Stream::Close::kAbort);
+  ASSERT_TRUE(link.run_until([&] { return source.peer_closed; }, 5000));
+  EXPECT_GT(source.received.size(), 0u);
+  EXPECT_LT(source.received.size(), big.size());
+  EXPECT_LT(big.size() - pending, source.received.size() + 1);
+  EXPECT_EQ(source.received, big.substr(0, source.received.size()));
+  EXPECT_EQ(link.tcp(1).stats().rst_out, 0u);
+  (void)c;
 }
 
 }  // namespace

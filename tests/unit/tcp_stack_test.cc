@@ -424,6 +424,10 @@ TEST(TcpStack, AbortSendsRstAndPeerSeesReset) {
   net::Stream* c = link.tcp(0).connect_from(0, link.addr(1), kPort, source, &err);
   ASSERT_TRUE(link.run_until([&] { return sink.accepted == 1; }, 1000));
   link.run_for(50);
+  c->pause_reading();  // RST only with unread input (net::Stream::Close::kAbort); without, a FIN
+  sink.stream->write("unread");
+  sink.stream->flush();
+  link.run_for(50);
   c->close(net::Stream::Close::kAbort);
   EXPECT_TRUE(source.closed);
   EXPECT_EQ(source.close_error, 0);
