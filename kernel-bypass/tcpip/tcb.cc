@@ -854,11 +854,17 @@ void Tcb::enter(TcpState s) {
 }
 
 void Tcb::enter_time_wait() {
+  if (stack_.stats_.time_wait >= stack_.conf_.max_time_wait) {  // Linux tcp_max_tw_buckets: no TIME-WAIT
+    ++stack_.stats_.time_wait_overflow;
+    terminate(0);
+    return;
+  }
   enter(TcpState::kTimeWait);
   for (TcbTimer* t : {&rtx_timer_, &delack_timer_, &persist_timer_, &linger_timer_, &notify_timer_,
                       &keepalive_timer_, &release_timer_}) {
     if (t->armed()) stack_.timers_.cancel(*t);
   }
+  free_buffers();
   ++stack_.stats_.time_wait;
   arm(tw_timer_, stack_.conf_.time_wait_ms);
   notify_closed(0);

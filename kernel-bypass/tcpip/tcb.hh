@@ -194,6 +194,9 @@ class Tcb final : public net::Stream {
   /// close(kAbort) without unread input: drops the output never sent (the chain keeps SND.MAX - data_seq_
   /// bytes, which may still need retransmitting) (tcb_idle.cc).
   void drop_unsent();
+  /// Frees every buffer: the output chain, the input buffer, the out-of-order queue, the SACK scoreboard
+  /// (idle release, and on entering TIME-WAIT, which needs only the tuple, sequence numbers and timestamps).
+  void free_buffers();
   void append_block(OutBlock* b);
   SeqNum fin_seq() const { return data_seq_ + static_cast<uint32_t>(out_bytes_); }
   bool fin_acked() const { return fin_sent_ && snd_una_ > fin_seq(); }

@@ -72,6 +72,25 @@ void Tcb::on_idle_timer(TimerKind k) {
   update_memory();
 }
 
+void Tcb::free_buffers() {
+  while (head_ != nullptr) {
+    OutBlock* next = head_->next;
+    std::free(head_);
+    head_ = next;
+  }
+  tail_ = nullptr;
+  out_block_bytes_ = 0;
+  out_bytes_ = 0;
+  std::free(in_buf_);
+  in_buf_ = nullptr;
+  in_cap_ = in_begin_ = in_end_ = 0;
+  std::vector<OooSegment>().swap(ooo_);
+  ooo_bytes_ = 0;
+  std::vector<char>().swap(scratch_);
+  sb_ = SackScoreboard{};
+  update_memory();
+}
+
 void Tcb::on_keepalive_timer() {
   if (ka_idle_ms_ == 0) return;
   switch (state_) {

@@ -56,6 +56,8 @@ struct TcpConfig {
   unsigned syn_retries = 6;
   uint64_t delayed_ack_ms = 40;              // RFC 9293 §3.8.6.3: < 0.5 s
   uint64_t time_wait_ms = 60000;             // 2·MSL with MSL = 30 s
+  uint32_t max_time_wait = 16384;            // TIME-WAIT connections per core (Linux tcp_max_tw_buckets):
+                                             // beyond it a connection closes without TIME-WAIT (counted)
   uint64_t lingering_time_ms = 30000;        // bound on a graceful close (FIN_WAIT_2, unread peer)
   uint64_t persist_max_ms = 60000;           // zero-window probe interval cap
   uint16_t ephemeral_first = 32768, ephemeral_last = 60999;
@@ -81,6 +83,7 @@ struct TcpStats {
   uint64_t syn_in = 0, syn_backlog_full = 0, syn_cookies_sent = 0, syn_cookies_ok = 0, syn_cookies_bad = 0;
   uint64_t active_opens = 0, passive_opens = 0, established = 0, refused_max_streams = 0, timeouts = 0;
   uint64_t time_wait = 0;  // gauge
+  uint64_t time_wait_overflow = 0;  // connections closed without TIME-WAIT: max_time_wait reached
   uint64_t sack_recoveries = 0, sack_blocks_out = 0, sack_reneging = 0;  // RFC 6675 recoveries entered
   uint64_t keepalive_probes = 0, keepalive_timeouts = 0;
   uint64_t ephemeral_not_local = 0;  // candidate source ports skipped by connect(): their return traffic

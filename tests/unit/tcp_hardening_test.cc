@@ -215,5 +215,75 @@ TEST(TcpHardening, AbortDropsUnsentOutputThenFin) {
   (void)c;
 }
 
+/// Server that answers the first input with `reply` and closes at once (nginx closing a keep-alive
+/// connection): the server is the active closer and ends in TIME-WAIT.
+struct CloseFirst final : net::StreamHandler, net::AcceptHandler {
+  std::string reply;
+  int accepted = 0;
+  net::StreamHandler* on_accept(net::Stream&, const config::ListenSocket&) override {
+    ++accepted;
+    return this;
+  }
+  void on_readable(net::Stream& s) override {
+    s.consume(s.input().size());
+    s.write(reply);
+    s.flush();
+    s.close(net::Stream::Close::kGraceful);
+  }
+  void on_peer_closed(net::Stream&) override {}
+  void on_writable(net::Stream&) override {}
+  void on_closed(net::Stream&, int) override {}
+};
+
+/// One request/response on a new connection to `server` (side 1), the client closing after the server.
+void exchange(Link& link, const std::string& request) {
+  Source client;
+  client.keep_open = true;
+  client.data = request;
+  std::string err;
+  net::Stream* c = link.tcp(0).connect_from(0, link.addr(1), kPort, client, &err);
+  ASSERT_NE(c, nullptr) << err;
+  ASSERT_TRUE(link.run_until([&] { return client.peer_closed; }, 5000));
+  c->close(net::Stream::Close::kGraceful);
+  ASSERT_TRUE(link.run_until([&] { return client.closed; }, 5000));
+}
+
+// A TIME-WAIT connection keeps only its TCB: no input buffer, no output block, no out-of-order queue.
+TEST(TcpHardening, TimeWaitHoldsNoBuffers) {
+  Link link;
+  CloseFirst server;
+  server.reply = pattern_bytes(20'000, 31);
+  ASSERT_EQ(link.tcp(1).listen_port(kPort, 16, server), 0);
+  exchange(link, "GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+  link.run_for(10);
+  ASSERT_EQ(link.tcp(1).stats().time_wait, 1u);
+  ASSERT_EQ(link.tcp(1).connections(), 1u);
+  EXPECT_EQ(link.tcp(1).stats().memory_bytes, sizeof(Tcb));
+  std::printf("TIME-WAIT connection: %zu bytes (sizeof(Tcb); buffers freed)\n",
+              static_cast<size_t>(link.tcp(1).stats().memory_bytes));
+  // It still lasts 2·MSL, then goes with its memory.
+  link.run_for(link.tcp(1).config().time_wait_ms + 10);
+  EXPECT_EQ(link.tcp(1).connections(), 0u);
+  EXPECT_EQ(link.tcp(1).stats().memory_bytes, 0u);
+}
+
+// Beyond max_time_wait per core, a closing connection skips TIME-WAIT (Linux tcp_max_tw_buckets) and is
+// counted.
+TEST(TcpHardening, TimeWaitIsCappedPerCore) {
+  TcpConfig conf;
+  conf.max_time_wait = 3;
+  Link link(TcpConfig{}, conf);
+  CloseFirst server;
+  server.reply = "HTTP/1.1 204 No Content\r\n\r\n";
+  ASSERT_EQ(link.tcp(1).listen_port(kPort, 16, server), 0);
+  for (int i = 0; i < 5; ++i) exchange(link, "GET / HTTP/1.1\r\n\r\n");
+  link.run_for(10);
+  EXPECT_EQ(server.accepted, 5);
+  EXPECT_EQ(link.tcp(1).stats().time_wait, 3u);
+  EXPECT_EQ(link.tcp(1).stats().time_wait_overflow, 2u);
+  EXPECT_EQ(link.tcp(1).connections(), 3u);
+  EXPECT_EQ(link.tcp(1).stats().memory_bytes, 3 * sizeof(Tcb));
+}
+
 }  // namespace
 }  // namespace kosoku::tcpip
