@@ -804,6 +804,8 @@ void CacheState::on_fetch_released() {
 bool CacheState::continue_fill() {
   if (phase_ != Phase::kFetching || fetch_ == nullptr || fetch_->done() || !store_allowed_) return false;
   if (passthrough_ && writer_ == nullptr) return false;
+  // A request body (proxy_cache_methods POST) would stop coming with the client: the fetch could never end.
+  if (ex_.request().body != http::BodyFraming::kNone) return false;
   BackgroundFill::Adopted a;
   a.holds_lock = lock_held_;
   a.writer = writer_;
