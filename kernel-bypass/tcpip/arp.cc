@@ -42,6 +42,7 @@ std::optional<MacAddr> ArpCache::lookup(Ipv4Addr ip, uint64_t now_ms) const {
 }
 
 std::vector<std::vector<uint8_t>> ArpCache::update(Ipv4Addr ip, const MacAddr& mac, uint64_t now_ms) {
+  if (!has_room(ip)) return {};
   Entry& e = entries_[ip];
   e.mac = mac;
   e.resolved = true;
@@ -53,8 +54,9 @@ std::vector<std::vector<uint8_t>> ArpCache::update(Ipv4Addr ip, const MacAddr& m
 }
 
 bool ArpCache::enqueue(Ipv4Addr ip, std::vector<uint8_t> frame, uint64_t now_ms, bool* dropped) {
+  *dropped = !has_room(ip);
+  if (*dropped) return false;
   Entry& e = entries_[ip];
-  *dropped = false;
   if (e.queued.size() >= kMaxQueuedPerAddress) {
     *dropped = true;
   } else {

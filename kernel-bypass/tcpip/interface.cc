@@ -81,21 +81,30 @@ void Interface::on_arp(const EthernetHeader& eth, std::span<const uint8_t> p, ui
   }
   ++(a->op == ArpPacket::kRequest ? stats_.arp_requests_in : stats_.arp_replies_in);
   bool for_us = a->target_ip == conf_.address;
-  // RFC 826 "Packet Reception": merge the sender into the table if it is known, or if we are the target.
+  // RFC 826 "Packet Reception": merge the sender into the table if it is known, or if we are the target;
+  // only on-link senders (a neighbour outside our prefix is never a next hop), while the cache has room.
   if (a->sender_ip.value != 0 && (for_us || arp_.contains(a->sender_ip))) {
-    learn(a->sender_ip, a->sender_mac, now_ms);
-    if (arp_listener_ != nullptr) arp_listener_->arp_learned(a->sender_ip, a->sender_mac);
+    if (!on_link(a->sender_ip)) {
+      ++stats_.arp_not_on_link;
+    } else if (learn(a->sender_ip, a->sender_mac, now_ms) && arp_listener_ != nullptr) {
+      arp_listener_->arp_learned(a->sender_ip, a->sender_mac);
+    }
   }
   if (for_us && a->op == ArpPacket::kRequest) {
     send_arp(ArpPacket::kReply, a->sender_mac, a->sender_mac, a->sender_ip);
   }
 }
 
-void Interface::learn(Ipv4Addr ip, const MacAddr& mac, uint64_t now_ms) {
+bool Interface::learn(Ipv4Addr ip, const MacAddr& mac, uint64_t now_ms) {
+  if (!arp_.has_room(ip)) {
+    ++stats_.arp_cache_full;
+    return false;
+  }
   for (std::vector<uint8_t>& f : arp_.update(ip, mac, now_ms)) {
     for (int i = 0; i < 6; ++i) f[i] = mac.bytes[i];
     transmit(f);
   }
+  return true;
 }
 
 void Interface::fill_tcp_checksum(std::span<uint8_t> l4, Ipv4Addr src, Ipv4Addr dst) const {

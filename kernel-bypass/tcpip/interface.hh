@@ -30,6 +30,8 @@ struct InterfaceStats {
   uint64_t rx_unknown_ethertype = 0, rx_not_for_us = 0;
   uint64_t arp_requests_in = 0, arp_replies_in = 0, arp_requests_out = 0, arp_replies_out = 0;
   uint64_t arp_queue_drops = 0, arp_bad = 0;
+  uint64_t arp_not_on_link = 0;  // ARP senders outside our prefix: not learned
+  uint64_t arp_cache_full = 0;   // new neighbours not learned: ArpCache::kMaxEntries reached
   uint64_t ip_in = 0, ip_bad_header = 0, ip_fragments_dropped = 0, ip_unknown_protocol = 0;
   uint64_t ip_out = 0, ip_no_route = 0;
   uint64_t icmp_echo_in = 0, icmp_echo_reply_out = 0, icmp_errors_in = 0, icmp_bad = 0;
@@ -70,7 +72,8 @@ class Interface {
                      RxChecksum l4_checksum = RxChecksum::kUnknown);
   /// Records ip → mac learned by another core's interface (ARP replication between the per-core stacks,
   /// dpdk/steering.hh) and sends the frames waiting here for that address. Never reported to the ArpListener.
-  void learn(Ipv4Addr ip, const MacAddr& mac, uint64_t now_ms);
+  /// False (counted in arp_cache_full) when ip is new and the cache holds ArpCache::kMaxEntries.
+  bool learn(Ipv4Addr ip, const MacAddr& mac, uint64_t now_ms);
   /// Called with each ARP entry this interface learns from the wire (RFC 826 merge), for replication.
   void set_arp_listener(ArpListener* listener) { arp_listener_ = listener; }
   /// Fills the TCP checksum of `l4` (a segment from src to dst): in software, or only the pseudo-header sum

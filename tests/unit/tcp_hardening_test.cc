@@ -285,5 +285,61 @@ TEST(TcpHardening, TimeWaitIsCappedPerCore) {
   EXPECT_EQ(link.tcp(1).stats().memory_bytes, 3 * sizeof(Tcb));
 }
 
+/// An ARP request from (sender_mac, sender) for `target`, broadcast.
+std::vector<uint8_t> arp_request(const MacAddr& sender_mac, Ipv4Addr sender, Ipv4Addr target) {
+  std::vector<uint8_t> f(EthernetHeader::kSize + ArpPacket::kSize);
+  EthernetHeader{MacAddr::broadcast(), sender_mac, kEtherTypeArp}.write(f.data());
+  ArpPacket a;
+  a.op = ArpPacket::kRequest;
+  a.sender_mac = sender_mac;
+  a.sender_ip = sender;
+  a.target_ip = target;
+  a.write(f.data() + EthernetHeader::kSize);
+  return f;
+}
+
+/// A port that counts what it sends.
+struct CountingPort final : PacketIO {
+  std::vector<uint8_t> buf;
+  size_t frames = 0;
+  std::span<uint8_t> frame_begin(size_t max_len) override {
+    buf.assign(max_len, 0);
+    return buf;
+  }
+  void frame_send(size_t) override { ++frames; }
+  MacAddr mac() const override { return MacAddr{{2, 0, 0, 0, 0, 1}}; }
+  uint16_t mtu() const override { return 1500; }
+};
+
+// The neighbour cache learns only on-link senders (still answering the others' requests) and at most
+// ArpCache::kMaxEntries of them; the rest is counted. Traffic to ever new on-link addresses is bounded too.
+TEST(TcpHardening, ArpCacheLearnsOnLinkSendersUpToTheCap) {
+  CountingPort port;
+  InterfaceConfig ic;
+  ic.address = *Ipv4Addr::parse("10.1.0.1");
+  ic.prefix_len = 16;
+  Interface ifc(port, ic);
+  MacAddr mac{{2, 0, 0, 0, 0, 7}};
+  Ipv4Addr off_link = *Ipv4Addr::parse("192.168.7.7");
+  ifc.receive_frame(arp_request(mac, off_link, ic.address), 0);
+  EXPECT_FALSE(ifc.arp().contains(off_link));
+  EXPECT_EQ(ifc.stats().arp_not_on_link, 1u);
+  EXPECT_EQ(ifc.stats().arp_replies_out, 1u);  // answered all the same (the reply needs no entry)
+  constexpr uint32_t kSenders = 3000;
+  for (uint32_t i = 0; i < kSenders; ++i) {
+    ifc.receive_frame(arp_request(mac, Ipv4Addr{ic.address.value + 1 + i}, ic.address), 0);
+  }
+  EXPECT_EQ(ifc.arp().size(), ArpCache::kMaxEntries);
+  EXPECT_EQ(ifc.stats().arp_cache_full, kSenders - ArpCache::kMaxEntries);
+  EXPECT_TRUE(ifc.arp().lookup(Ipv4Addr{ic.address.value + 1}, 1));  // the first ones stay usable
+  // Replication from another core obeys the same cap.
+  EXPECT_FALSE(ifc.learn(Ipv4Addr{ic.address.value + 9000}, mac, 0));
+  // Sending to a new on-link address with a full cache: dropped, no entry.
+  Ipv4Addr fresh{ic.address.value + 9001};
+  EXPECT_FALSE(ifc.send_ipv4(fresh, kProtoTcp, 20, [](std::span<uint8_t>) {}, 0));
+  EXPECT_FALSE(ifc.arp().contains(fresh));
+  EXPECT_EQ(ifc.arp().size(), ArpCache::kMaxEntries);
+}
+
 }  // namespace
 }  // namespace kosoku::tcpip
