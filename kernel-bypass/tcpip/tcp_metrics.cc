@@ -15,6 +15,9 @@ void append_tcp_metrics(const TcpStack& tcp, const std::vector<std::pair<std::st
   add("dpdk_tcp_idle_connection_bytes", "Bytes of one TCP connection's TCB, without buffers", kGauge,
       tcp.idle_connection_bytes());
   add("dpdk_tcp_time_wait", "TCP connections in TIME-WAIT", kGauge, t.time_wait);
+  add("dpdk_tcp_time_wait_reused_total",
+      "TCP active opens that took over a TIME-WAIT 4-tuple (tcp_tw_reuse: timestamps on, idle >= 1 s)", kCounter,
+      t.time_wait_reused);
   add("dpdk_tcp_fast_retransmits_total", "TCP loss recoveries entered on duplicate ACKs or SACK", kCounter,
       t.fast_retransmits);
   add("dpdk_tcp_rto_expired_total", "TCP retransmission timeouts", kCounter, t.rto_expired);

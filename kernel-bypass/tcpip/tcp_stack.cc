@@ -77,7 +77,8 @@ void TcpStack::stop_accepting() {
 
 uint16_t TcpStack::pick_ephemeral(Ipv4Addr dst, uint16_t dst_port) {
   uint32_t span = conf_.ephemeral_last - conf_.ephemeral_first + 1u;
-  for (uint32_t i = 0; i < span; ++i) {
+  uint32_t probes = span < kEphemeralProbes ? span : kEphemeralProbes;
+  for (uint32_t i = 0; i < probes; ++i) {
     uint16_t p = next_ephemeral_;
     next_ephemeral_ = p >= conf_.ephemeral_last ? conf_.ephemeral_first : static_cast<uint16_t>(p + 1);
     if (listeners_.contains(p)) continue;
@@ -88,7 +89,54 @@ uint16_t TcpStack::pick_ephemeral(Ipv4Addr dst, uint16_t dst_port) {
     }
     if (!table_.contains(t)) return p;
   }
+  return reuse_time_wait(dst, dst_port);
+}
+
+uint16_t TcpStack::reuse_time_wait(Ipv4Addr dst, uint16_t dst_port) {
+  auto d = tw_ports_.find(dest_key(dst, dst_port));
+  if (d == tw_ports_.end()) return 0;
+  std::deque<uint16_t>& ports = d->second;
+  uint64_t now = now_ms();
+  uint32_t live = 0;
+  for (size_t i = 0; i < ports.size() && live < kTimeWaitReuseProbes;) {
+    FourTuple t{ip_.address(), ports[i], dst, dst_port};
+    auto heard = tw_heard_ms_.find(t);
+    auto it = table_.find(t);
+    if (heard == tw_heard_ms_.end() || it == table_.end() || it->second->state() != TcpState::kTimeWait) {
+      ports.erase(ports.begin() + static_cast<long>(i));  // stale: that TIME-WAIT ended (or was taken over)
+      continue;
+    }
+    ++live;
+    if (now - heard->second < kTimeWaitReuseMs || listeners_.contains(t.local_port) ||
+        (flow_owner_ != nullptr && !flow_owner_->is_local(t))) {
+      ++i;
+      continue;
+    }
+    uint16_t port = ports[i];
+    ports.erase(ports.begin() + static_cast<long>(i));
+    if (ports.empty()) tw_ports_.erase(d);
+    tw_heard_ms_.erase(heard);  // before terminate: remove() then leaves tw_ports_ alone
+    it->second->terminate(0);   // leaves table_; freed by reap()
+    ++stats_.time_wait_reused;
+    return port;
+  }
+  if (ports.empty()) tw_ports_.erase(d);
   return 0;
+}
+
+void TcpStack::note_time_wait(const Tcb& tcb) {
+  if (tcb.state() != TcpState::kTimeWait || !tcb.timestamps()) return;
+  const FourTuple& t = tcb.tuple();
+  if (t.local_port < conf_.ephemeral_first || t.local_port > conf_.ephemeral_last ||
+      listeners_.contains(t.local_port)) {
+    return;
+  }
+  auto [it, inserted] = tw_heard_ms_.try_emplace(t, now_ms());
+  if (!inserted) {
+    it->second = now_ms();  // the peer's FIN again: restarts the 1 s
+    return;
+  }
+  tw_ports_[dest_key(t.remote, t.remote_port)].push_back(t.local_port);
 }
 
 net::Stream* TcpStack::connect(const sockaddr* addr, socklen_t addr_len, net::StreamHandler& handler,
@@ -146,6 +194,7 @@ void TcpStack::received(const Ipv4Header& ip, std::span<const uint8_t> l4, RxChe
       tcb->terminate(0);
     } else {
       tcb->segment_arrives(seg);
+      note_time_wait(*tcb);  // still allocated: a terminated TCB is freed by reap()
       return;
     }
   }
@@ -288,7 +337,21 @@ void TcpStack::remove(Tcb& tcb) {
     tcb.leave_backlog();
   }
   auto it = table_.find(tcb.tuple());
-  if (it != table_.end() && it->second == &tcb) table_.erase(it);
+  if (it != table_.end() && it->second == &tcb) {
+    table_.erase(it);
+    if (tw_heard_ms_.erase(tcb.tuple()) != 0) {  // TIME-WAIT over: drop the leading stale ports
+      auto d = tw_ports_.find(dest_key(tcb.tuple().remote, tcb.tuple().remote_port));
+      if (d != tw_ports_.end()) {
+        std::deque<uint16_t>& ports = d->second;
+        while (!ports.empty() &&
+               !tw_heard_ms_.contains(FourTuple{tcb.tuple().local, ports.front(), tcb.tuple().remote,
+                                                tcb.tuple().remote_port})) {
+          ports.pop_front();
+        }
+        if (ports.empty()) tw_ports_.erase(d);
+      }
+    }
+  }
   zombies_.push_back(&tcb);
 }
 

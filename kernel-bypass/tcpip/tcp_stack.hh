@@ -14,11 +14,17 @@
 // Across cores: every core runs its own TcpStack listening on the same ports; the DPDK layer steers each
 // 4-tuple to one core (dpdk/flow_hash.hh), and connect() only picks ephemeral ports the FlowOwner accepts, so
 // the return traffic of an outgoing connection lands on the connecting core (F-Stack issue 380).
+// Ephemeral ports (Linux tcp_tw_reuse = 1): connect() takes a free port (a rotating cursor, at most
+// kEphemeralProbes candidates per call); when none is found it takes over the oldest 4-tuple to the same
+// destination that is in TIME-WAIT on our side, if timestamps were negotiated on it and its last segment is
+// ≥ kTimeWaitReuseMs old, so the new SYN's TSval exceeds everything the peer saw and PAWS separates the
+// incarnations (RFC 7323 §5, RFC 6191). Otherwise it fails with EADDRNOTAVAIL.
 // Not implemented (fail loudly where a caller could depend on it): D-SACK, urgent
 // data (ignored), IPv6 (listen/connect refuse it), ECN.
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <span>
 #include <string>
@@ -84,6 +90,7 @@ struct TcpStats {
   uint64_t active_opens = 0, passive_opens = 0, established = 0, refused_max_streams = 0, timeouts = 0;
   uint64_t time_wait = 0;  // gauge
   uint64_t time_wait_overflow = 0;  // connections closed without TIME-WAIT: max_time_wait reached
+  uint64_t time_wait_reused = 0;  // active opens that took over a TIME-WAIT 4-tuple (tcp_tw_reuse, RFC 6191)
   uint64_t sack_recoveries = 0, sack_blocks_out = 0, sack_reneging = 0;  // RFC 6675 recoveries entered
   uint64_t keepalive_probes = 0, keepalive_timeouts = 0;
   uint64_t ephemeral_not_local = 0;  // candidate source ports skipped by connect(): their return traffic
@@ -105,6 +112,9 @@ class FlowOwner {
 
 class TcpStack final : public net::Stack, public L4Handler {
  public:
+  static constexpr uint32_t kEphemeralProbes = 1024;      // free-port candidates examined per connect()
+  static constexpr uint64_t kTimeWaitReuseMs = 1000;      // Linux tcp_tw_reuse: 1 s since the last segment
+  static constexpr uint32_t kTimeWaitReuseProbes = 8;     // TIME-WAIT entries examined per connect()
   TcpStack(Interface& ip, reactor::TimerWheel& timers, const Clock& clock, stats::CoreStats& core_stats,
            const TcpConfig& conf);
   ~TcpStack() override;
@@ -158,7 +168,19 @@ class TcpStack final : public net::Stack, public L4Handler {
   void send_control(const FourTuple& t, SeqNum seq, SeqNum ack, uint8_t flags, uint16_t window,
                     const TcpOptions& options);
   void reset_for(const FourTuple& t, const TcpSegment& seg);
+  /// A local port for an active open to dst:dst_port: a free one (at most kEphemeralProbes candidates from
+  /// the rotating cursor), else one whose TIME-WAIT tuple may be reused (reuse_time_wait); 0: none.
   uint16_t pick_ephemeral(Ipv4Addr dst, uint16_t dst_port);
+  /// tcp_tw_reuse: terminates the oldest eligible TIME-WAIT TCB to dst:dst_port (timestamps on, last
+  /// segment ≥ kTimeWaitReuseMs ago, FlowOwner-local) and returns its local port; 0 if none (looks at most at
+  /// kTimeWaitReuseProbes live entries).
+  uint16_t reuse_time_wait(Ipv4Addr dst, uint16_t dst_port);
+  /// After a segment for `tcb`: remembers an ephemeral TIME-WAIT tuple with timestamps (and when it last
+  /// heard from the peer) as a reuse candidate.
+  void note_time_wait(const Tcb& tcb);
+  static uint64_t dest_key(Ipv4Addr dst, uint16_t dst_port) {
+    return (static_cast<uint64_t>(dst.value) << 16) | dst_port;
+  }
   // Called by Tcb.
   void established(Tcb& tcb);
   void stream_closed(Tcb& tcb);
@@ -178,6 +200,10 @@ class TcpStack final : public net::Stack, public L4Handler {
   size_t open_ = 0;
   bool accepting_ = true;
   uint16_t next_ephemeral_ = 0;
+  // tcp_tw_reuse candidates: ms of the last segment per TIME-WAIT tuple, and per destination (dest_key) the
+  // local ports in the order they entered TIME-WAIT (entries whose tuple left tw_heard_ms_ are skipped).
+  absl::flat_hash_map<FourTuple, uint64_t> tw_heard_ms_;
+  absl::flat_hash_map<uint64_t, std::deque<uint16_t>> tw_ports_;
   const FlowOwner* flow_owner_ = nullptr;
   config::ListenSocket empty_socket_;
 };
