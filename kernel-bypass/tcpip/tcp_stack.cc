@@ -227,6 +227,10 @@ void TcpStack::on_listen_segment(Listener& l, const FourTuple& t, const TcpSegme
     return;
   }
   if (!h.has(kSyn)) return;
+  if (h.has(kFin)) {  // SYN+FIN: no real stack sends it (a scan); discarded as Linux does (tcp_rcv_state_process)
+    ++stats_.syn_fin_dropped;
+    return;
+  }
   ++stats_.syn_in;
   if (open_ >= conf_.max_streams) {
     ++stats_.refused_max_streams;

@@ -87,6 +87,7 @@ struct TcpStats {
                              // queue's segment cap reached
   uint64_t rst_in = 0, rst_out = 0, resets_to_closed_port = 0;
   uint64_t syn_in = 0, syn_backlog_full = 0, syn_cookies_sent = 0, syn_cookies_ok = 0, syn_cookies_bad = 0;
+  uint64_t syn_fin_dropped = 0;  // SYN+FIN to a listener, discarded
   uint64_t active_opens = 0, passive_opens = 0, established = 0, refused_max_streams = 0, timeouts = 0;
   uint64_t time_wait = 0;  // gauge
   uint64_t time_wait_overflow = 0;  // connections closed without TIME-WAIT: max_time_wait reached

@@ -341,5 +341,28 @@ TEST(TcpHardening, ArpCacheLearnsOnLinkSendersUpToTheCap) {
   EXPECT_EQ(ifc.arp().size(), ArpCache::kMaxEntries);
 }
 
+// A SYN+FIN to a listener is discarded (counted), not answered with a SYN-ACK; a plain SYN still is.
+TEST(TcpHardening, SynFinToAListenerIsDiscarded) {
+  Link link;
+  Sink sink;
+  ASSERT_EQ(link.tcp(1).listen_port(kPort, 16, sink), 0);
+  TcpHeader h;
+  h.src_port = 40000;
+  h.dst_port = kPort;
+  h.seq = SeqNum{777};
+  h.flags = kSyn | kFin;
+  h.window = 65535;
+  link.inject(0, h, TcpOptions{}, {});
+  link.run_for(5);
+  EXPECT_EQ(link.tcp(1).stats().syn_fin_dropped, 1u);
+  EXPECT_EQ(link.tcp(1).stats().syn_in, 0u);
+  EXPECT_EQ(link.tcp(1).connections(), 0u);
+  EXPECT_EQ(link.tcp(1).stats().segments_out, 0u);
+  h.flags = kSyn;
+  link.inject(0, h, TcpOptions{}, {});
+  EXPECT_EQ(link.tcp(1).stats().syn_in, 1u);
+  EXPECT_EQ(link.tcp(1).connections(), 1u);
+}
+
 }  // namespace
 }  // namespace kosoku::tcpip
