@@ -140,6 +140,8 @@ stats::ExtraSection backend_stats_section() {
     add("dpdk_steer_tx_relayed_total", "Frames transmitted for a core without a TX queue", st.tx_relayed);
     add("dpdk_ip_fragments_dropped_total", "IPv4 fragments dropped (no reassembly)", i.ip_fragments_dropped);
     add("dpdk_arp_queue_drops_total", "Frames dropped waiting for ARP", i.arp_queue_drops);
+    add("dpdk_arp_not_on_link_total", "ARP senders not learned: outside the interface's subnet", i.arp_not_on_link);
+    add("dpdk_arp_cache_full_total", "ARP entries not learned: the per-core cache was full", i.arp_cache_full);
     add("dpdk_icmp_errors_in_total", "ICMP errors received", i.icmp_errors_in);
     add("dpdk_tcp_active_opens_total", "Connections opened by connect()", t.active_opens);
     add("dpdk_tcp_passive_opens_total", "Connections opened by a SYN to a listener", t.passive_opens);

@@ -30,6 +30,12 @@ void append_tcp_metrics(const TcpStack& tcp, const std::vector<std::pair<std::st
       t.keepalive_timeouts);
   add("dpdk_tcp_timeouts_total", "TCP connections aborted: retransmissions unanswered", kCounter, t.timeouts);
   add("dpdk_tcp_out_of_order_in_total", "TCP segments received out of order", kCounter, t.out_of_order_in);
+  add("dpdk_tcp_out_of_order_dropped_total",
+      "TCP out-of-order segments (or their tails) dropped: beyond the receive buffer or the queue range limit",
+      kCounter, t.ooo_dropped);
+  add("dpdk_tcp_time_wait_overflow_total", "TCP connections closed without TIME-WAIT: the per-core cap was reached",
+      kCounter, t.time_wait_overflow);
+  add("dpdk_tcp_syn_fin_dropped_total", "SYN+FIN segments to a listener discarded", kCounter, t.syn_fin_dropped);
 }
 
 }  // namespace kosoku::tcpip

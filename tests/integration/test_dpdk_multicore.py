@@ -132,6 +132,11 @@ def test_two_workers_two_queue_pairs_in_stats(rig):
     assert m[("dpdk_tx_checksum_offload", "")] in (0, 1) and m[("dpdk_rx_checksum_offload", "")] in (0, 1), m
     names = {m["labels"]["name"] for m in st["extra"]["dpdk_port"] if "name" in m["labels"]}
     assert any("rx_q0" in n or "packets" in n for n in names), names  # the PMD's xstats are exported
+    # The stack's hardening counters are exported per core (and nothing tripped them in normal traffic).
+    for core in ("0", "1"):
+        for name in ("dpdk_tcp_out_of_order_dropped_total", "dpdk_tcp_time_wait_overflow_total",
+                     "dpdk_tcp_syn_fin_dropped_total", "dpdk_arp_cache_full_total"):
+            assert m[(name, core)] == 0, (name, core, m)
 
 
 def test_connections_land_on_both_workers_ab(rig):
