@@ -445,17 +445,7 @@ void EntryReader::open(const std::string& path, const Hash128& hash, std::string
   op_.flags = O_NONBLOCK;
   op_.callback = this;
   step_ = Step::kOpen;
-  switch (q_->submit(op_, aio_)) {
-    case disk::DiskQueue::Submit::kQueued:
-      in_flight_ = true;
-      return;
-    case disk::DiskQueue::Submit::kOverflow:
-      step_done(-EAGAIN);
-      return;
-    case disk::DiskQueue::Submit::kDone:
-      step_done(op_.result);
-      return;
-  }
+  submit_op();
 }
 
 void EntryReader::submit_read(char* dst, uint64_t file_off, uint32_t len) {
@@ -465,6 +455,12 @@ void EntryReader::submit_read(char* dst, uint64_t file_off, uint32_t len) {
   op_.len = len;
   op_.offset = file_off;
   op_.callback = this;
+  submit_op();
+}
+
+// Hands op_ to the disk queue: a queued op completes in on_disk_done, an inline one (page-cache hit) or an
+// overflow (-EAGAIN) goes straight to step_done.
+void EntryReader::submit_op() {
   switch (q_->submit(op_, aio_)) {
     case disk::DiskQueue::Submit::kQueued:
       in_flight_ = true;

@@ -198,6 +198,7 @@ class EntryReader final : public disk::DiskCallback {
  private:
   void step_done(int result);
   void submit_read(char* dst, uint64_t file_off, uint32_t len);
+  void submit_op();
   void fail_open(int error);
 
   enum class Step { kNone, kOpen, kHeader, kBody };
