@@ -19,8 +19,6 @@ namespace {
 constexpr size_t kChunk = 128 * 1024;  // per buffer; two per request
 constexpr size_t kMaxRanges = 16;      // nginx max_ranges default (unlimited) capped like the static handler
 
-uint64_t g_boundary_seed = 0x2545F4914F6CDD1Dull;
-
 }  // namespace
 
 // The client's preconditions (RFC 9110 §13.2.2) and Range (§14) against a 200 of `size` bytes (-1: unknown,
@@ -59,25 +57,8 @@ CacheState::ClientView CacheState::client_view(http::ResponseHead& h, const http
       if (ranges[i].first <= ranges[i - 1].last) return ClientView::kWhole;
     }
   }
-  h.status = 206;
-  if (rr.count == 1) {
-    absl::StrAppend(&h.extra, "Content-Range: bytes ", ranges[0].first, "-", ranges[0].last, "/", len, "\r\n");
-    pieces_.push_back(Piece{{}, ranges[0].first, ranges[0].size()});
-    h.content_length = static_cast<int64_t>(ranges[0].size());
-    return ClientView::kRanges;
-  }
-  g_boundary_seed = g_boundary_seed * 6364136223846793005ull + 1442695040888963407ull;
-  boundary_ = http::make_boundary(g_boundary_seed ^ mod_.reactor().now_ns());
-  http::MultipartPlan plan =
-      http::plan_multipart_byteranges(std::span<const http::ByteRange>(ranges, rr.count), len, h.content_type, boundary_);
-  multipart_type_ = std::move(plan.content_type);
-  h.content_type = multipart_type_;
-  for (http::MultipartPart& p : plan.parts) {
-    pieces_.push_back(Piece{std::move(p.header), 0, 0});
-    pieces_.push_back(Piece{{}, p.offset, p.length});
-  }
-  pieces_.push_back(Piece{std::move(plan.closing), 0, 0});
-  h.content_length = static_cast<int64_t>(plan.content_length);
+  http::layout_partial_response(std::span<const http::ByteRange>(ranges, rr.count), len, mod_.reactor().now_ns(), h,
+                                multipart_type_, pieces_);
   return ClientView::kRanges;
 }
 

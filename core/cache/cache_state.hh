@@ -17,6 +17,7 @@
 #include "core/cache/cache_store.hh"
 #include "core/cache/fetch_exchange.hh"
 #include "core/http/conditional.hh"
+#include "core/http/multipart.hh"
 #include "core/http/range.hh"
 
 namespace kosoku::cache {
@@ -66,11 +67,7 @@ class CacheState final : public http::ContentState,
 
  private:
   enum class Phase { kIdle, kOpening, kWaitingLock, kFetching, kServing, kDone };
-  struct Piece {
-    std::string text;
-    uint64_t offset = 0;
-    uint64_t length = 0;
-  };
+  using Piece = http::BodyPiece;  // literal text (multipart delimiters) or a byte range of the body
   // What the client gets of a 200 (cache_serve.cc: client_view).
   enum class ClientView : uint8_t { kWhole, kRanges, kNotModified, kPreconditionFailed, kUnsatisfiable };
   // How a passed-through origin response reaches the client.
@@ -158,8 +155,7 @@ class CacheState final : public http::ContentState,
   std::vector<Piece> pieces_;
   size_t piece_ = 0;
   uint64_t piece_done_ = 0;
-  std::string boundary_;
-  std::string multipart_type_;
+  std::string multipart_type_;   // the head's Content-Type of a multipart/byteranges 206
   char* buf_[2] = {nullptr, nullptr};
   uint64_t end_mark_[2] = {0, 0};
   uint64_t written_ = 0;

@@ -16,6 +16,7 @@
 #include "core/disk/disk_queue.hh"
 #include "core/disk/open_file_cache.hh"
 #include "core/http/conditional.hh"
+#include "core/http/multipart.hh"
 #include "core/http/range.hh"
 #include "core/http/uri.hh"
 #include "core/reactor/reactor.hh"
@@ -29,11 +30,7 @@ constexpr int kMaxInternalRedirects = 10;  // nginx: "rewrite or internal redire
 constexpr size_t kMaxRanges = 16;          // RangeLimits::max_ranges default
 
 // One piece of the response body: literal text (multipart delimiters) or a byte range of the file.
-struct Piece {
-  std::string text;
-  uint64_t offset = 0;
-  uint64_t length = 0;
-};
+using Piece = http::BodyPiece;
 
 class StaticState final : public http::ContentState,
                           public disk::OpenRequest::Callback,
@@ -107,9 +104,7 @@ class StaticState final : public http::ContentState,
   int redirects_ = 0;
 
   // Streaming.
-  std::string boundary_;
   std::string multipart_type_;
-  uint64_t boundary_seed_ = 0;
   std::vector<Piece> pieces_;
   size_t piece_ = 0;
   uint64_t piece_done_ = 0;
@@ -361,24 +356,9 @@ void StaticState::serve_file() {
     ex_.respond(416);
     return;
   }
-  if (rr.outcome == http::RangeOutcome::kSatisfiable && rr.count == 1) {
-    h.status = 206;
-    absl::StrAppend(&h.extra, "Content-Range: bytes ", ranges[0].first, "-", ranges[0].last, "/", size, "\r\n");
-    pieces_.push_back(Piece{{}, ranges[0].first, ranges[0].size()});
-    h.content_length = static_cast<int64_t>(ranges[0].size());
-  } else if (rr.outcome == http::RangeOutcome::kSatisfiable) {
-    h.status = 206;
-    boundary_ = http::make_boundary(++boundary_seed_ ^ static_cast<uint64_t>(ex_.core().reactor->now_ns()));
-    http::MultipartPlan plan = http::plan_multipart_byteranges(std::span<const http::ByteRange>(ranges, rr.count),
-                                                               size, type, boundary_);
-    multipart_type_ = std::move(plan.content_type);
-    h.content_type = multipart_type_;
-    for (http::MultipartPart& p : plan.parts) {
-      pieces_.push_back(Piece{std::move(p.header), 0, 0});
-      pieces_.push_back(Piece{{}, p.offset, p.length});
-    }
-    pieces_.push_back(Piece{std::move(plan.closing), 0, 0});
-    h.content_length = static_cast<int64_t>(plan.content_length);
+  if (rr.outcome == http::RangeOutcome::kSatisfiable) {
+    http::layout_partial_response(std::span<const http::ByteRange>(ranges, rr.count), size,
+                                  static_cast<uint64_t>(ex_.core().reactor->now_ns()), h, multipart_type_, pieces_);
   } else {
     h.content_length = static_cast<int64_t>(size);
     if (size > 0) pieces_.push_back(Piece{{}, 0, size});
