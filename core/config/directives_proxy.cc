@@ -4,6 +4,12 @@
 // enclosing block when a block does not set it (lists as a whole), except `proxy_pass`, which acts only in
 // the location where it is written.
 //
+// Response buffers (proxy_conf.hh has the semantics): `proxy_buffer_size SIZE` (4k), `proxy_buffers N SIZE`
+// (8 4k), `proxy_busy_buffers_size SIZE` (2 × max of the two sizes = 8k). Checked once inheritance is done with
+// nginx's texts ("there must be at least 2 "proxy_buffers"", ""proxy_busy_buffers_size" must be equal to or
+// greater than ...", "... must be less than the size of all "proxy_buffers" minus one buffer"), at the
+// file:line:col of the directive at fault (nginx names the end of the enclosing block).
+//
 // Addresses: `server` and `proxy_pass` take numeric IPv4/IPv6 addresses or host names, with an optional port
 // (default 80). As nginx, names are resolved while the configuration loads (getaddrinfo, before any loop runs:
 // nothing blocks a loop later), every address of a name becomes a server (IPv4 first, duplicates dropped), and
@@ -19,6 +25,7 @@
 #include <netdb.h>
 
 #include <cstring>
+#include <initializer_list>
 #include <memory>
 #include <string>
 
@@ -477,9 +484,27 @@ bool set_proxy_msec(Builder& b, Scope& s, const Directive& d) {
   return true;
 }
 
-template <auto M>
+template <auto... M>
 void inherit_proxy(LocationConf& c, const LocationConf& p) {
-  c.proxy.*M = p.proxy.*M;
+  ((c.proxy.*M = p.proxy.*M), ...);
+}
+
+// Upper bound of proxy_buffer_size, N × SIZE of proxy_buffers and proxy_busy_buffers_size (bytes).
+constexpr uint64_t kMaxProxyBuffers = 64u << 20;
+
+proxy::DirectivePos pos_of(const Directive& d) { return proxy::DirectivePos{d.loc.file, d.loc.line, d.loc.col}; }
+
+// `proxy_buffers N SIZE;`
+bool set_proxy_buffers(Builder& b, Scope& s, const Directive& d) {
+  auto n = parse_number(d.args[0].value);
+  auto size = parse_size(d.args[1].value);
+  if (!n || *n == 0 || !size || *size == 0 || *n > kMaxProxyBuffers / *size) return fail_invalid_value(b, d, 0);
+  if (*n < 2) return b.fail(d.args[0].loc, "there must be at least 2 \"proxy_buffers\"");
+  ProxyLocationConf& p = s.loc->proxy;
+  p.buffers_num = static_cast<uint32_t>(*n);
+  p.buffers_size = *size;
+  p.buffers_at = pos_of(d);
+  return true;
 }
 
 // `proxy_pass_header NAME;` / `proxy_hide_header NAME;` (lists; lower-cased).
@@ -513,11 +538,27 @@ constexpr DirectiveSpec kProxyDirectives[] = {
     {.name = "proxy_buffer_size", .contexts = kCtxHttpAny, .args = kTake1,
      .set = [](Builder& b, Scope& s, const Directive& d) {
        auto v = parse_size(d.args[0].value);
-       if (!v || *v < 64 || *v > (64u << 20)) return fail_invalid_value(b, d, 0);
+       if (!v || *v < 64 || *v > kMaxProxyBuffers) return fail_invalid_value(b, d, 0);
        s.loc->proxy.buffer_size = *v;
+       s.loc->proxy.buffer_size_at = pos_of(d);
        return true;
      },
-     .merge_loc = inherit_proxy<&ProxyLocationConf::buffer_size>, .default_value = "4k"},
+     .merge_loc = inherit_proxy<&ProxyLocationConf::buffer_size, &ProxyLocationConf::buffer_size_at>,
+     .default_value = "4k"},
+    {.name = "proxy_buffers", .contexts = kCtxHttpAny, .args = kTake2, .set = set_proxy_buffers,
+     .merge_loc = inherit_proxy<&ProxyLocationConf::buffers_num, &ProxyLocationConf::buffers_size,
+                                &ProxyLocationConf::buffers_at>,
+     .default_value = "8 4k"},
+    {.name = "proxy_busy_buffers_size", .contexts = kCtxHttpAny, .args = kTake1,
+     .set = [](Builder& b, Scope& s, const Directive& d) {
+       auto v = parse_size(d.args[0].value);
+       if (!v || *v == 0 || *v > kMaxProxyBuffers) return fail_invalid_value(b, d, 0);
+       s.loc->proxy.busy_buffers_size = *v;
+       s.loc->proxy.busy_buffers_at = pos_of(d);
+       return true;
+     },
+     .merge_loc = inherit_proxy<&ProxyLocationConf::busy_buffers_size, &ProxyLocationConf::busy_buffers_at>,
+     .default_value = "8k"},
     {.name = "proxy_next_upstream", .contexts = kCtxHttpAny, .args = k1More, .set = set_proxy_next_upstream,
      .merge_loc = inherit_proxy<&ProxyLocationConf::next_upstream>, .default_value = "error timeout"},
     {.name = "proxy_next_upstream_tries", .contexts = kCtxHttpAny, .args = kTake1,
@@ -587,6 +628,34 @@ void build_effective(LocationConf& loc) {
   if (p.pass && p.redirect.empty() && !p.redirect_off) p.redirect.push_back(default_redirect(p, loc.pattern));
 }
 
+// The response buffer sizes after inheritance (nginx's ngx_http_proxy_merge_loc_conf checks, same texts): the
+// default proxy_busy_buffers_size, then max(proxy_buffer_size, SIZE) ≤ busy ≤ (N − 1) × SIZE. An error names
+// the directive that made the combination wrong: proxy_busy_buffers_size when written, else the larger of
+// proxy_buffer_size / proxy_buffers.
+bool check_buffers(Builder& b, LocationConf& loc) {
+  ProxyLocationConf& p = loc.proxy;
+  const uint64_t size = p.buffer_size > p.buffers_size ? p.buffer_size : p.buffers_size;
+  const bool busy_written = p.busy_buffers_size != 0;
+  if (!busy_written) p.busy_buffers_size = 2 * size;
+  auto at = [&](std::initializer_list<const proxy::DirectivePos*> order) {
+    for (const proxy::DirectivePos* d : order) {
+      if (!d->file.empty()) return SourceLoc{d->file, d->line, d->col};
+    }
+    return loc.loc;
+  };
+  const proxy::DirectivePos* larger = p.buffer_size > p.buffers_size ? &p.buffer_size_at : &p.buffers_at;
+  if (p.busy_buffers_size < size) {
+    return b.fail(at({&p.busy_buffers_at, larger, &p.buffer_size_at, &p.buffers_at}),
+                  "\"proxy_busy_buffers_size\" must be equal to or greater than the maximum of the value of "
+                  "\"proxy_buffer_size\" and one of the \"proxy_buffers\"");
+  }
+  if (p.busy_buffers_size > (p.buffers_num - 1) * p.buffers_size) {
+    return b.fail(at({busy_written ? &p.busy_buffers_at : larger, &p.buffers_at, &p.buffer_size_at}),
+                  "\"proxy_busy_buffers_size\" must be less than the size of all \"proxy_buffers\" minus one buffer");
+  }
+  return true;
+}
+
 bool resolve_pass(Builder& b, LocationConf& loc) {
   ProxyLocationConf& p = loc.proxy;
   if (!p.pass) return true;
@@ -641,7 +710,7 @@ bool resolve_pass(Builder& b, LocationConf& loc) {
 bool finalize_locations(Builder& b, std::vector<LocationConf>& locs) {
   for (LocationConf& l : locs) {
     build_effective(l);
-    if (!resolve_pass(b, l) || !finalize_locations(b, l.locations)) return false;
+    if (!check_buffers(b, l) || !resolve_pass(b, l) || !finalize_locations(b, l.locations)) return false;
   }
   return true;
 }
@@ -654,7 +723,9 @@ bool finalize_proxy(Builder& b) {
   HttpConf& http = b.main->http;
   for (auto& srv : http.servers) {
     build_effective(srv->base);
-    if (!resolve_pass(b, srv->base) || !finalize_locations(b, srv->locations)) return false;
+    if (!check_buffers(b, srv->base) || !resolve_pass(b, srv->base) || !finalize_locations(b, srv->locations)) {
+      return false;
+    }
   }
   for (size_t i = 0; i < http.proxy.upstreams.size(); ++i) http.proxy.upstreams[i]->index = static_cast<uint32_t>(i);
   return true;

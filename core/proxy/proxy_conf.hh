@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace kosoku::config {
@@ -53,6 +54,16 @@ struct UpstreamConf {
   bool hash_consistent = false;   // ketama: 160 points per unit of weight
   std::string file;               // where the block (or the proxy_pass making it) was written
   int line = 0;
+
+  /// The group's name as nginx reports it when no server is usable ($upstream_addr after "no live
+  /// upstreams"): the block name, or the host of an implicit group's "HOST:PORT" (nginx's us->host).
+  std::string_view peers_name() const {
+    std::string_view n = name;
+    if (implicit) {
+      if (size_t colon = n.rfind(':'); colon != std::string_view::npos) n = n.substr(0, colon);
+    }
+    return n;
+  }
 };
 
 struct ProxyHttpConf {
@@ -77,6 +88,14 @@ struct ProxyRedirect {
   std::shared_ptr<const re2::RE2> regex;              // regex form
   std::string replacement;                            // as written
   std::shared_ptr<const config::Template> replacement_tpl;  // text form
+};
+
+/// Where a directive was written (config::SourceLoc's fields; this header cannot include config/conf.hh), for
+/// errors found once inheritance is done. Empty file: not written (the default).
+struct DirectivePos {
+  std::string file;
+  int line = 0;
+  int col = 0;
 };
 
 /// `proxy_next_upstream` conditions (nginx's NGX_HTTP_UPSTREAM_FT_*).
@@ -119,7 +138,24 @@ struct ProxyLocationConf {
   uint64_t read_timeout_ms = 60000;         // `proxy_read_timeout`
   uint64_t send_timeout_ms = 60000;         // `proxy_send_timeout`
   bool buffering = true;                    // `proxy_buffering`
-  uint64_t buffer_size = 4096;              // `proxy_buffer_size`: the upstream response head must fit
+  // Response buffers, per request (nginx's ngx_http_proxy_module; kosoku has no temp files, so these bound
+  // the memory a proxied response uses and a full set stops reading the upstream until the client catches up):
+  //  - `proxy_buffer_size SIZE` (default 4k, one page): the upstream's response head must fit in it, else 502
+  //    and "upstream sent too big header" in the error log; with `proxy_buffering off` it is also the one
+  //    buffer the body passes through (read, then sent, then read again).
+  //  - `proxy_buffers N SIZE` (default 8 4k): with `proxy_buffering on`, the body is read ahead of the client
+  //    into at most N × SIZE bytes.
+  //  - `proxy_busy_buffers_size SIZE` (default 2 × max(proxy_buffer_size, SIZE of proxy_buffers) = 8k): with
+  //    buffering on, at most this much of the read-ahead is being sent to the client at a time while the
+  //    response is still being read (the rest keeps being filled from the upstream).
+  // Checked at load as nginx does: N ≥ 2; max(proxy_buffer_size, SIZE) ≤ busy ≤ (N − 1) × SIZE.
+  uint64_t buffer_size = 4096;              // `proxy_buffer_size` (bytes)
+  uint32_t buffers_num = 8;                 // `proxy_buffers` N
+  uint64_t buffers_size = 4096;             // `proxy_buffers` SIZE (bytes)
+  uint64_t busy_buffers_size = 0;           // `proxy_busy_buffers_size` (bytes); 0 until load computes the default
+  DirectivePos buffer_size_at;              // where each was written (inherited with the value)
+  DirectivePos buffers_at;
+  DirectivePos busy_buffers_at;
   uint32_t next_upstream = kNextError | kNextTimeout;  // `proxy_next_upstream` (0: off)
   uint32_t next_upstream_tries = 0;         // `proxy_next_upstream_tries` (0: unlimited)
   uint64_t next_upstream_timeout_ms = 0;    // `proxy_next_upstream_timeout` (0: unlimited)

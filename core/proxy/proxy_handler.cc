@@ -23,23 +23,9 @@ constexpr size_t kMaxFields = 100;
 constexpr size_t kReplayLimit = 64 * 1024;
 // Unsent request bytes on the upstream connection above which the client body is paused.
 constexpr size_t kBodyHighWater = 256 * 1024;
-// The response ring (see ref_ring.hh): how far the upstream is read ahead of the client.
-constexpr size_t kRingBuffering = 256 * 1024;
-constexpr size_t kRingNoBuffering = 64 * 1024;
 constexpr size_t kMaxSpans = 32;  // decoded chunk pieces handled per pass
-
-uint32_t next_upstream_flag(int status) {
-  switch (status) {
-    case 500: return kNextHttp500;
-    case 502: return kNextHttp502;
-    case 503: return kNextHttp503;
-    case 504: return kNextHttp504;
-    case 403: return kNextHttp403;
-    case 404: return kNextHttp404;
-    case 429: return kNextHttp429;
-    default: return 0;
-  }
-}
+// http::parse_response_head's reason for a head longer than ResponseLimits::max_head (proxy_buffer_size).
+constexpr std::string_view kTooBigHeader = "upstream sent too big header";
 
 // One proxied request (reused across the keep-alive requests of a client connection).
 //
@@ -108,6 +94,14 @@ class ProxyState final : public http::ContentState,
   void arm_upstream_timer();
   void pause_client_body();
   void deliver(const std::string_view* spans, size_t count, bool last);
+  // Hands staged ring bytes to the client: up to the busy limit until the response was read whole (`all`). A
+  // slice that queued nothing (a cache passing some ranges on) is unreferenced: mark 0, free at once.
+  void hand_to_client(bool all) {
+    ring_.hand(all ? SIZE_MAX : busy_limit_, [this](const char* p, size_t n) -> uint64_t {
+      const uint64_t before = out_;
+      return write_client_ref(p, n) > before ? out_ : 0;
+    });
+  }
   void build_head() {
     build_request_head(ex_, *conf_, framing_, length_, req_head_);
     head_ready_ = true;
@@ -116,19 +110,21 @@ class ProxyState final : public http::ContentState,
     const size_t pending = ex_.pending_output();
     return out_ > pending ? out_ - pending : 0;
   }
-  uint64_t write_client(std::string_view d) {
-    const size_t before = ex_.pending_output();
-    ex_.write(d);
+  // Client output: out_ counts the bytes our calls queued (pending output was `before` ahead of them).
+  uint64_t queued(size_t before) {
     const size_t after = ex_.pending_output();
     if (after > before) out_ += after - before;
     return out_;
   }
+  uint64_t write_client(std::string_view d) {
+    const size_t before = ex_.pending_output();
+    ex_.write(d);
+    return queued(before);
+  }
   uint64_t write_client_ref(const char* p, size_t n) {
     const size_t before = ex_.pending_output();
     ex_.write_ref(p, n);
-    const size_t after = ex_.pending_output();
-    if (after > before) out_ += after - before;
-    return out_;
+    return queued(before);
   }
   // $upstream_* bookkeeping (upstream_state.hh).
   http::UpstreamTry* current_try() { return proxy::current_try(ex_.head().upstream); }
@@ -141,13 +137,7 @@ class ProxyState final : public http::ContentState,
     if (up_peer_ < 0) return conf_->pass_url;
     return absl::StrCat("http://", group_->balancer().server(up_peer_).addr_text);
   }
-  std::string context() const {
-    const http::Request& req = ex_.request();
-    return absl::StrCat(", client: ", ex_.remote_addr(), ", server: ",
-                        ex_.server().server_names.empty() ? std::string_view() : ex_.server().server_names[0],
-                        ", request: \"", req.method_text, " ", req.target, " HTTP/1.", req.version_minor,
-                        "\", upstream: \"", upstream_text(), "\", host: \"", ex_.host(), "\"");
-  }
+  std::string context() const { return upstream_log_context(ex_, upstream_text()); }
 
   ProxyModule& mod_;
   http::Exchange& ex_;
@@ -191,7 +181,8 @@ class ProxyState final : public http::ContentState,
   bool extra_ = false;          // bytes after the end of the response: the connection is not reusable
   bool head_sent_ = false;      // the client's response head went out
   std::unique_ptr<UpstreamObserver> observer_;
-  RefRing ring_;
+  RefRing ring_;                // proxy_buffers N × SIZE (buffering) or proxy_buffer_size (no buffering)
+  size_t busy_limit_ = 0;       // proxy_busy_buffers_size (buffering) or the ring's capacity
   uint64_t out_ = 0;            // client output bytes queued, counted from the start of the request
 };
 
@@ -213,7 +204,12 @@ void ProxyState::start() {
   head_sent_ = false;
   observer_.reset();
   chunked_.reset();
-  ring_.reset(conf_->buffering ? kRingBuffering : kRingNoBuffering);
+  // nginx: with proxy_buffering the response is read ahead into proxy_buffers and at most
+  // proxy_busy_buffers_size of it is being sent to the client at a time; without, one proxy_buffer_size
+  // buffer is read and passed on as it comes. (kosoku has no temp files: a full ring stops the upstream.)
+  const size_t cap = conf_->buffering ? conf_->buffers_num * conf_->buffers_size : conf_->buffer_size;
+  ring_.reset(cap);
+  busy_limit_ = conf_->buffering ? conf_->busy_buffers_size : cap;
 
   std::string key;
   if (group_->conf().hash_key != nullptr) {
@@ -249,6 +245,10 @@ void ProxyState::connect_next() {
   reactor::Reactor& r = mod_.reactor();
   const int peer = group_->balancer().next(attempt_, r.now_ms());
   if (peer < 0) {
+    // nginx (ngx_http_upstream_connect on NGX_BUSY): the try is recorded with the group's name as its address
+    // and 502 as its status, so $upstream_addr/$upstream_status show "NAME" / "502".
+    begin_try(ex_.head().upstream, group_->conf().peers_name(), r.now_ms());
+    end_try(502);
     KOSOKU_LOG(kError, "no live upstreams while connecting to upstream%s", context());
     fail_request(502);
     return;
@@ -537,7 +537,10 @@ void ProxyState::read_head() {
       break;
     }
     if (r.status == http::ParseStatus::kError || resp_.status == 101) {
-      KOSOKU_LOG(kError, "upstream sent invalid header: %s while reading response header from upstream%s",
+      // A head that does not fit in proxy_buffer_size is nginx's "upstream sent too big header" (then 502).
+      const bool too_big = r.status == http::ParseStatus::kError && r.reason == kTooBigHeader;
+      KOSOKU_LOG(kError, "%s%s while reading response header from upstream%s",
+                 too_big ? "" : "upstream sent invalid header: ",
                  r.status == http::ParseStatus::kError ? r.reason : std::string_view("unexpected 101"), context());
       if (retry_allowed(kNextInvalidHeader)) {
         retry(kNextInvalidHeader, PeerResult::kFailed);
@@ -601,8 +604,7 @@ void ProxyState::on_response_head() {
   if (resp_.framing == http::ResponseFraming::kChunked) chunked_.emplace(http::ChunkedLimits{});
   const size_t before = ex_.pending_output();
   ex_.send_head();
-  const size_t after = ex_.pending_output();
-  if (after > before) out_ += after - before;
+  queued(before);
   head_sent_ = true;
   if (resp_.framing == http::ResponseFraming::kNone ||
       (resp_.framing == http::ResponseFraming::kContentLength && remaining_ == 0)) {
@@ -619,8 +621,10 @@ void ProxyState::pump() {
   net::Stream& s = up_->stream();
   for (;;) {
     ring_.release(sent());
+    hand_to_client(false);
     std::span<const char> in = s.input();
     if (in.empty()) {
+      if (ring_.staged() > 0) ex_.set_low_water(ring_.busy() / 2);  // staged bytes wait for the client
       if (upstream_eof_) {
         if (resp_.framing == http::ResponseFraming::kClose) {
           complete();
@@ -644,7 +648,7 @@ void ProxyState::pump() {
         s.pause_reading();
       }
       up_->arm_timer(0);  // waiting for the client (send_timeout runs on that side)
-      ex_.set_low_water(ring_.capacity() / 2);
+      ex_.set_low_water(ring_.busy() / 2);
       return;
     }
     switch (resp_.framing) {
@@ -713,7 +717,8 @@ void ProxyState::pump() {
 
 // Hands decoded content to the observer and the client. The last piece of a response with nothing else in
 // flight is copied into the client stream (finish() flushes it); everything else goes through the ring by
-// reference. The total never exceeds ring_.free().
+// reference, at most busy_limit_ bytes in flight to the client until the response has been read whole. The
+// total never exceeds ring_.free().
 void ProxyState::deliver(const std::string_view* spans, size_t count, bool last) {
   if (observer_ != nullptr) {
     for (size_t i = 0; i < count; ++i) observer_->on_data(spans[i]);
@@ -722,9 +727,8 @@ void ProxyState::deliver(const std::string_view* spans, size_t count, bool last)
     for (size_t i = 0; i < count; ++i) write_client(spans[i]);
     return;
   }
-  for (size_t i = 0; i < count; ++i) {
-    ring_.append(spans[i], [this](const char* p, size_t n) { return write_client_ref(p, n); });
-  }
+  for (size_t i = 0; i < count; ++i) ring_.append(spans[i]);
+  hand_to_client(last);
 }
 
 void ProxyState::complete() {
@@ -739,6 +743,7 @@ void ProxyState::complete() {
   up_->release(keep);
   up_ = nullptr;
   group_->balancer().done(attempt_, PeerResult::kOk, mod_.reactor().now_ms());
+  hand_to_client(true);  // a close-delimited response ends here: whatever is staged goes out
   ring_.release(sent());
   if (!ring_.idle()) {
     // The ring's bytes are still referenced by the client stream: finish once they are sent, so that the

@@ -16,8 +16,11 @@
 //      while the body read so far is still held for replay, within proxy_next_upstream_tries/_timeout);
 //      timeouts give 504, other failures 502 (nginx);
 //   4. stream the content to the client: de-chunked, re-chunked by the client connection when the length is
-//      unknown; the bytes go through a per-request ring (256 KiB with proxy_buffering on, 64 KiB off) with
-//      zero-copy write_ref, and the upstream is not read while the ring is full. A response whose content is
+//      unknown; the bytes go through a per-request ring (ref_ring.hh) with zero-copy write_ref: with
+//      proxy_buffering on it holds proxy_buffers N × SIZE (default 8 × 4k) and at most proxy_busy_buffers_size
+//      (default 8k) of it is in flight to the client until the response has been read whole; with it off, one
+//      proxy_buffer_size buffer. The upstream is not read while the ring is full (kosoku has no temp files, so
+//      this bounds the memory per request whatever the body size). A response whose content is
 //      cut off (EOF, reset, read timeout, bad chunk) aborts the client connection, so the client never sees a
 //      truncated response as complete;
 //   5. a response that ended cleanly on an HTTP/1.1 (or keep-alive) connection whose request was fully sent

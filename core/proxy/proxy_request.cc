@@ -284,4 +284,25 @@ bool idempotent(const http::Request& req) {
   return req.method != http::Method::kPost && req.method != http::Method::kPatch && req.method_text != "LOCK";
 }
 
+uint32_t next_upstream_flag(int status) {
+  switch (status) {
+    case 500: return kNextHttp500;
+    case 502: return kNextHttp502;
+    case 503: return kNextHttp503;
+    case 504: return kNextHttp504;
+    case 403: return kNextHttp403;
+    case 404: return kNextHttp404;
+    case 429: return kNextHttp429;
+    default: return 0;
+  }
+}
+
+std::string upstream_log_context(const http::Exchange& ex, std::string_view upstream) {
+  const http::Request& req = ex.request();
+  return absl::StrCat(", client: ", ex.remote_addr(), ", server: ",
+                      ex.server().server_names.empty() ? std::string_view() : ex.server().server_names[0],
+                      ", request: \"", req.method_text, " ", req.target, " HTTP/1.", req.version_minor,
+                      "\", upstream: \"", upstream, "\", host: \"", ex.host(), "\"");
+}
+
 }  // namespace kosoku::proxy

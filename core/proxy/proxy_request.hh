@@ -75,4 +75,11 @@ bool rewrite_redirect_value(const http::Exchange& ex, const ProxyLocationConf& c
 /// (RFC 9110 §9.2.2 lists the idempotent ones; nginx treats unknown methods as idempotent too).
 bool idempotent(const http::Request& req);
 
+/// The proxy_next_upstream condition an upstream status stands for (kNextHttp500, ...), or 0.
+uint32_t next_upstream_flag(int status);
+
+/// The context nginx appends to a proxy's error-log line: ", client: ADDR, server: NAME, request: "LINE",
+/// upstream: "UPSTREAM", host: "HOST"" (`upstream`: "http://ADDR:PORT" of the server tried, or proxy_pass's URL).
+std::string upstream_log_context(const http::Exchange& ex, std::string_view upstream);
+
 }  // namespace kosoku::proxy

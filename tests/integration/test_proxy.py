@@ -352,6 +352,10 @@ def proxy_config(port: int, o1: int, o2: int, dead: int, hole: int, work: Path) 
     upstream weighted {{ server 127.0.0.1:{o1} weight=3; server 127.0.0.1:{o2}; }}
     upstream hashed {{ hash $request_uri consistent; server 127.0.0.1:{o1}; server 127.0.0.1:{o2}; }}
     upstream withbackup {{ server 127.0.0.1:{dead}; server 127.0.0.1:{o2} backup; }}
+    upstream allfail {{
+        server 127.0.0.1:{dead} max_fails=1 fail_timeout=30s; server 127.0.0.2:{dead} max_fails=1 fail_timeout=30s;
+    }}
+    upstream alldown {{ server 127.0.0.1:{o1} down; server 127.0.0.1:{o2} down; }}
 
     server {{
         listen 127.0.0.1:{port} default_server;
@@ -388,6 +392,8 @@ def proxy_config(port: int, o1: int, o2: int, dead: int, hole: int, work: Path) 
         }}
         location = /noupstream {{ return 200 "local"; access_log {work}/upstream.log upstream; }}
         location /named/ {{ proxy_pass http://named; proxy_http_version 1.1; proxy_set_header Connection ""; }}
+        location /nolive/ {{ proxy_pass http://allfail; access_log {work}/upstream.log upstream; }}
+        location /alldown/ {{ proxy_pass http://alldown; access_log {work}/upstream.log upstream; }}
         location /byname/ {{ proxy_pass http://localhost:{o1}; access_log {work}/upstream.log upstream; }}
         location /rd/ {{ proxy_pass http://127.0.0.1:{o1}/one/; }}
         location /rdplain/ {{ proxy_pass http://127.0.0.1:{o1}; }}
@@ -1008,6 +1014,34 @@ def test_upstream_variables_in_the_access_log_and_add_header(env):
     assert get(env, "/noupstream?x=1").status == 200
     ln = upstream_log_lines(env, "/noupstream?x=1", 1)[0]
     assert ln[1:] == ["-"] * 6, ln
+
+
+def test_no_live_upstreams_records_the_group_name_and_502(env):
+    """nginx's ngx_http_upstream_connect on NGX_BUSY: when no server of the group is usable the request is 502,
+    "no live upstreams" is logged, and the try shows in $upstream_addr as the group's name with status 502."""
+    import re
+
+    tag = f"r{random.randrange(10**6):06d}"
+    # Every server `down`.
+    assert get(env, f"/alldown/{tag}/echo").status == 502
+    ln = upstream_log_lines(env, f"/alldown/{tag}/", 1)[0]
+    assert ln[1:3] == ["alldown", "502"], ln
+    assert re.fullmatch(SECONDS, ln[3]) and ln[4] == "-" and ln[5] == "-", ln
+    # Every server failed max_fails times within fail_timeout. One connection = one core (one worker): its
+    # first request fails over both servers, the second finds none usable.
+    with sut.Conn(env.port, timeout=10) as c:
+        for i in range(2):
+            c.send(f"GET /nolive/{tag}/echo?i={i} HTTP/1.1\r\nHost: proxy.example.com\r\n\r\n".encode())
+            r = c.read_response(timeout=10)
+            assert r is not None and r.status == 502, r
+    first, second = upstream_log_lines(env, f"/nolive/{tag}/", 2)
+    assert first[1:3] == [f"127.0.0.1:{env.dead}, 127.0.0.2:{env.dead}", "502, 502"], first
+    assert second[1:3] == ["allfail", "502"], second
+    assert second[4] == "-" and second[6] == "0", second
+    deadline = time.monotonic() + 5
+    while "no live upstreams" not in env.server.error_log() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert "no live upstreams" in env.server.error_log()
 
 
 # ------------------------------------------------------------------------------------------------------------
