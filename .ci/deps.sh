@@ -7,7 +7,7 @@ PKGS="build-essential cmake ninja-build pkg-config file git ca-certificates dpkg
 liburing-dev libre2-dev libgtest-dev libgmock-dev
 clang libclang-rt-14-dev
 curl wget apache2-utils wrk nginx-light python3 python3.11-doc python3-pytest
-libnuma-dev libbsd-dev libmd-dev libdpdk-dev libsodium-dev tcpdump iproute2
+libnuma-dev libbsd-dev libmd-dev libdpdk-dev libsodium-dev tcpdump iproute2 nftables
 linux-image-amd64 qemu-system-x86 qemu-utils ovmf syslinux syslinux-common syslinux-utils mtools dosfstools
 systemd-boot-efi fdisk e2fsprogs cpio binutils socat"
 SUDO=""
