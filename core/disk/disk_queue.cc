@@ -127,36 +127,35 @@ void stat_from_statx(const struct statx& x, struct stat& st) {
   st.st_ctim = {static_cast<time_t>(x.stx_ctime.tv_sec), static_cast<long>(x.stx_ctime.tv_nsec)};
 }
 
+// Makes a blocking call, again while it fails with EINTR; returns its result (>= 0) or -errno.
+template <typename Call>
+int64_t without_eintr(Call call) {
+  for (;;) {
+    const int64_t r = call();
+    if (r >= 0) return r;
+    if (errno != EINTR) return -errno;
+  }
+}
+
 // The blocking implementation (aio off, and the pool threads of aio threads).
 void run_blocking(DiskOp& op) {
+  const auto offset = static_cast<off_t>(op.offset);
   switch (op.kind) {
-    case DiskOp::Kind::kRead: {
-      ssize_t n;
-      do {
-        n = pread(op.fd, op.buf, op.len, static_cast<off_t>(op.offset));
-      } while (n < 0 && errno == EINTR);
-      op.result = n >= 0 ? static_cast<int32_t>(n) : -errno;
+    case DiskOp::Kind::kRead:
+      op.result = static_cast<int32_t>(without_eintr([&] { return pread(op.fd, op.buf, op.len, offset); }));
       break;
-    }
     case DiskOp::Kind::kOpen: {
-      int fd;
-      do {
-        fd = openat(AT_FDCWD, op.path.c_str(), open_flags(op), open_mode(open_flags(op)));
-      } while (fd < 0 && errno == EINTR);
-      op.result = fd >= 0 ? finish_open(op, fd) : -errno;
+      const int flags = open_flags(op);
+      const int64_t fd = without_eintr([&] { return openat(AT_FDCWD, op.path.c_str(), flags, open_mode(flags)); });
+      op.result = fd >= 0 ? finish_open(op, static_cast<int>(fd)) : static_cast<int32_t>(fd);
       break;
     }
     case DiskOp::Kind::kStat:
       op.result = stat(op.path.c_str(), &op.st) == 0 ? 0 : -errno;
       break;
-    case DiskOp::Kind::kWrite: {
-      ssize_t n;
-      do {
-        n = pwrite(op.fd, op.buf, op.len, static_cast<off_t>(op.offset));
-      } while (n < 0 && errno == EINTR);
-      op.result = n >= 0 ? static_cast<int32_t>(n) : -errno;
+    case DiskOp::Kind::kWrite:
+      op.result = static_cast<int32_t>(without_eintr([&] { return pwrite(op.fd, op.buf, op.len, offset); }));
       break;
-    }
     case DiskOp::Kind::kRename:
       op.result = rename(op.path.c_str(), op.path2.c_str()) == 0 ? 0 : -errno;
       break;
@@ -169,24 +168,29 @@ void run_blocking(DiskOp& op) {
   }
 }
 
+// A read or write (`rw`: preadv2 or pwritev2) with RWF_NOWAIT. Returns true if op.result is final; false on
+// EAGAIN (it would wait for the disk), EOPNOTSUPP (no nowait I/O on this filesystem) or EINTR: queue it.
+bool try_nowait_io(DiskOp& op, ssize_t (*rw)(int, const iovec*, int, off_t, int)) {
+  if (op.len == 0) {
+    op.result = 0;
+    return true;
+  }
+  iovec iov{op.buf, op.len};
+  ssize_t n = rw(op.fd, &iov, 1, static_cast<off_t>(op.offset), RWF_NOWAIT);
+  if (n >= 0) {
+    op.result = static_cast<int32_t>(n);
+    return true;
+  }
+  if (errno == EAGAIN || errno == EOPNOTSUPP || errno == EINTR) return false;
+  op.result = -errno;
+  return true;
+}
+
 // Tries the op without waiting (aio io_uring). Returns true if op.result is final.
 bool try_inline(DiskOp& op) {
   switch (op.kind) {
-    case DiskOp::Kind::kRead: {
-      if (op.len == 0) {
-        op.result = 0;
-        return true;
-      }
-      iovec iov{op.buf, op.len};
-      ssize_t n = preadv2(op.fd, &iov, 1, static_cast<off_t>(op.offset), RWF_NOWAIT);
-      if (n >= 0) {
-        op.result = static_cast<int32_t>(n);
-        return true;
-      }
-      if (errno == EAGAIN || errno == EOPNOTSUPP || errno == EINTR) return false;
-      op.result = -errno;
-      return true;
-    }
+    case DiskOp::Kind::kRead:
+      return try_nowait_io(op, &preadv2);  // a page-cache hit completes here
     case DiskOp::Kind::kOpen: {
       int flags = open_flags(op);
       if (refuses_resolve_cached(flags) || g_no_openat2.load(std::memory_order_relaxed)) return false;
@@ -205,23 +209,10 @@ bool try_inline(DiskOp& op) {
       op.result = -errno;
       return true;
     }
-    case DiskOp::Kind::kWrite: {
-      // A buffered write that only dirties page-cache pages completes inline; EAGAIN (it would block on
-      // writeback or a block allocation) and EOPNOTSUPP (no nowait writes on this filesystem) queue it.
-      if (op.len == 0) {
-        op.result = 0;
-        return true;
-      }
-      iovec iov{op.buf, op.len};
-      ssize_t n = pwritev2(op.fd, &iov, 1, static_cast<off_t>(op.offset), RWF_NOWAIT);
-      if (n >= 0) {
-        op.result = static_cast<int32_t>(n);
-        return true;
-      }
-      if (errno == EAGAIN || errno == EOPNOTSUPP || errno == EINTR) return false;
-      op.result = -errno;
-      return true;
-    }
+    case DiskOp::Kind::kWrite:
+      // A buffered write that only dirties page-cache pages completes inline; one that would block on
+      // writeback or a block allocation (EAGAIN) is queued.
+      return try_nowait_io(op, &pwritev2);
     case DiskOp::Kind::kStat:
     case DiskOp::Kind::kRename:
     case DiskOp::Kind::kUnlink:
@@ -316,14 +307,14 @@ struct DiskQueue::Impl {
 };
 
 DiskQueue::Submit DiskQueue::Impl::submit(DiskOp& op, config::AioMode mode) {
+  bool done = false;
   if (mode == config::AioMode::kOff) {
     run_blocking(op);
-    ++stats.submitted;
-    ++stats.inline_done;
-    if (op.result < 0) ++stats.errors;
-    return Submit::kDone;
+    done = true;
+  } else if (mode == config::AioMode::kIoUring) {
+    done = try_inline(op);
   }
-  if (mode == config::AioMode::kIoUring && try_inline(op)) {
+  if (done) {
     ++stats.submitted;
     ++stats.inline_done;
     if (op.result < 0) ++stats.errors;
