@@ -1,14 +1,17 @@
-// `network kernel|dpdk;` and `dpdk { eal ...; address ...; gateway ...; }` (main context): the network backend
-// (config/network_conf.hh). The dpdk block's body is read here and not through Builder::walk because its
+// `network kernel|dpdk;` and `dpdk { eal ...; address ...; gateway ...; idle_sleep ...; }` (main context): the
+// network backend (config/network_conf.hh). The dpdk block's body is read here and not through Builder::walk because its
 // `address`/`gateway` share their names with the appliance block's rows (names are unique across tables);
 // the same generic errors are produced (unknown directive, `;` vs `{`, argument count, duplicates).
-// finalize_dpdk checks the combinations once the whole file is read (the order of the blocks is free).
+// finalize_dpdk checks the combinations once the whole file is read (the order of the blocks is free), and
+// the `eal` arguments (config/eal_args.hh), pointing at the offending argument.
 #include <arpa/inet.h>
 
+#include <optional>
 #include <string>
 
 #include "absl/strings/str_cat.h"
 #include "core/config/directive.hh"
+#include "core/config/eal_args.hh"
 
 namespace kosoku::config {
 
@@ -26,6 +29,22 @@ bool parse_ipv4(std::string_view v, uint32_t* out) {
   return true;
 }
 
+// `idle_sleep off|Nus|Nms;` -> microseconds (0: off), 1 us .. 10 ms.
+std::optional<uint32_t> parse_idle_sleep(std::string_view v) {
+  if (v == "off") return 0u;
+  uint64_t scale = 0;
+  if (v.ends_with("us")) {
+    scale = 1;
+  } else if (v.ends_with("ms")) {
+    scale = 1000;
+  } else {
+    return std::nullopt;
+  }
+  std::optional<uint64_t> n = parse_number(v.substr(0, v.size() - 2), 10'000);
+  if (!n || *n == 0 || *n * scale > 10'000) return std::nullopt;
+  return static_cast<uint32_t>(*n * scale);
+}
+
 // `network kernel|dpdk;`
 bool set_network(Builder& b, Scope& s, const Directive& d) {
   const std::string& v = d.args[0].value;
@@ -41,7 +60,10 @@ bool set_dpdk_child(Builder& b, DpdkConf& c, const Directive& d, Seen& seen) {
     Args args;
     bool multi;
   };
-  static constexpr Row kRows[] = {{"eal", k1More, true}, {"address", kTake1, false}, {"gateway", kTake1, false}};
+  static constexpr Row kRows[] = {{"eal", k1More, true},
+                                  {"address", kTake1, false},
+                                  {"gateway", kTake1, false},
+                                  {"idle_sleep", kTake1, false}};
   const Row* row = nullptr;
   for (const Row& r : kRows) row = r.name == d.name ? &r : row;
   if (row == nullptr) return b.fail(d.loc, absl::StrCat("unknown directive ", quoted(d.name)));
@@ -54,10 +76,19 @@ bool set_dpdk_child(Builder& b, DpdkConf& c, const Directive& d, Seen& seen) {
     seen.mark(d.name, d.name);
   }
   if (d.name == "eal") {
-    for (const Arg& a : d.args) c.eal.push_back(a.value);
+    for (const Arg& a : d.args) {
+      c.eal.push_back(a.value);
+      c.eal_loc.push_back(pos_of(a.loc));
+    }
     return true;
   }
   std::string_view v = d.args[0].value;
+  if (d.name == "idle_sleep") {
+    std::optional<uint32_t> us = parse_idle_sleep(v);
+    if (!us) return fail_invalid_value(b, d, 0, ", it must be \"off\" or 1us..10ms (\"200us\", \"1ms\")");
+    c.idle_sleep_us = *us;
+    return true;
+  }
   if (d.name == "gateway") {
     if (!parse_ipv4(v, &c.gateway) || c.gateway == 0) return fail_invalid_value(b, d, 0);
     return true;
@@ -111,6 +142,10 @@ bool finalize_dpdk(Builder& b) {
   if (m.worker_processes > 128) {  // kernel-bypass/dpdk/backend.cc kMaxCores (DPDK lcores)
     return b.fail(at, absl::StrCat("\"network dpdk\" supports at most 128 worker_processes, not ",
                                    m.worker_processes));
+  }
+  if (std::optional<EalArgError> e = check_eal_args(n.dpdk.eal, m.worker_processes)) {
+    SourceLoc where = e->arg < n.dpdk.eal_loc.size() ? loc_of(n.dpdk.eal_loc[e->arg]) : loc_of(n.dpdk.loc);
+    return b.fail(where, absl::StrCat("\"eal\": ", e->message));
   }
   for (const auto& srv : m.http.servers) {
     for (const ListenConf& l : srv->listen) {

@@ -6,7 +6,19 @@
 //       eal -l 0 --no-huge --no-shconf --no-pci --no-telemetry --vdev=net_tap0,iface=dtap0;
 //       address 10.99.0.2/24;     # the stack's IPv4 address and prefix length
 //       gateway 10.99.0.1;        # optional: next hop for off-link destinations
+//       idle_sleep 200us;         # optional: idle back-off cap (1us..10ms, or off = busy-poll); default 200us
 //   }
+//
+// idle_sleep: a worker that found nothing to do (no frame received or sent, nothing from the other cores,
+// no queued task) for 100 us sleeps in io_uring (an io_uring completion, a frame forwarded by another core
+// or shutdown wake it early) for 10 us, then 20, 40, ... up to idle_sleep, never past its next timer, and
+// goes back to busy-polling on the first frame (l3fwd-power style). An idle appliance then uses a few % of
+// a core instead of 100 %; the cost is up to idle_sleep of extra latency on the first packet after a quiet
+// period. `off` keeps the pure busy-poll.
+//
+// `eal` arguments are checked by `kosoku -t` without starting the EAL: option names (DPDK 22.11, exact
+// spelling), required values, -l/-c/--lcores syntax (lcore ids < 128, leaving room for the worker_processes
+// threads the workers register), --vdev=DRIVER[,key=value...] with a linked driver, -a/-b PCI addresses.
 //
 // Limits checked at configuration time (finalize_dpdk): `network dpdk` needs a dpdk block with `eal` and
 // `address`, and IPv4 listen addresses that are 0.0.0.0 or the dpdk address. A dpdk block with `network
@@ -47,6 +59,9 @@ struct DpdkConf {
   uint8_t prefix_len = 24;
   uint32_t gateway = 0;              // `gateway A.B.C.D;` 0: none (on-link peers only)
   NetworkConfPos loc;                // the `dpdk` block
+  std::vector<NetworkConfPos> eal_loc;  // where each `eal` argument was written (same order as `eal`)
+  uint32_t idle_sleep_us = 200;      // `idle_sleep 200us|Nms|off;` longest idle back-off sleep; 0 (off):
+                                     // pure busy-poll (kernel-bypass/dpdk/idle_backoff.hh)
 };
 
 struct NetworkConf {

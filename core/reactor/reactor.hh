@@ -95,6 +95,8 @@ class Reactor {
 
   /// Register a poller (owned by the caller, must outlive the loop).
   void add_poller(Poller* p) { pollers_.push_back(p); }
+  /// Tasks are queued for step 3 (a poller that may sleep, e.g. the DPDK idle back-off, checks it first).
+  bool has_tasks() const { return tasks_head_ != nullptr; }
 
   /// Run until stop(). Returns when stopped.
   void run();

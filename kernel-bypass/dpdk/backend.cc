@@ -5,12 +5,15 @@
 #include <rte_mbuf.h>
 #include <rte_prefetch.h>
 #include <sched.h>
+#include <sys/prctl.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "core/base/log.hh"
 #include "core/net/stack_factory.hh"
 #include "kernel-bypass/dpdk/eal.hh"
 #include "kernel-bypass/dpdk/port.hh"
@@ -64,6 +67,37 @@ std::unique_ptr<net::Stack> make_core_stack(reactor::Reactor& reactor, stats::Co
   return std::make_unique<CoreStack>(reactor, stats, conf, qc, *g_mesh, *g_flows, c);
 }
 
+// Why EAL came up without a port: the devices the arguments name (--vdev X, -a X, --allow X) were refused by
+// their driver or bus (DPDK's log lines say why), or none was named.
+std::string no_port_message(const std::vector<std::string>& eal) {
+  std::vector<std::string> devices, names;
+  for (size_t i = 0; i < eal.size(); ++i) {
+    std::string_view a = eal[i];
+    for (std::string_view opt : {"--vdev", "--allow", "-a"}) {
+      std::string_view value;
+      if (a == opt && i + 1 < eal.size()) {
+        value = eal[i + 1];
+      } else if (a.size() > opt.size() && a.starts_with(opt) && (opt == "-a" || a[opt.size()] == '=')) {
+        value = a.substr(opt.size() + (opt == "-a" ? 0 : 1));
+      } else {
+        continue;
+      }
+      devices.emplace_back(value);
+      names.emplace_back(value.substr(0, value.find(',')));
+      break;
+    }
+  }
+  if (devices.empty()) {
+    return "no DPDK port: the dpdk eal arguments name no device (--vdev=net_tap0,iface=... or -a PCI address)";
+  }
+  return absl::StrCat(
+      "no DPDK port: the EAL refused the configured device(s) ", absl::StrJoin(devices, " "),
+      log_excerpt(eal_init_log(), names),
+      "; check that the interface a vdev names exists (net_af_packet, net_tap remote=) or can be created "
+      "(net_tap: /dev/net/tun, CAP_NET_ADMIN, the name is free), that a memif socket path is reachable, and "
+      "that a PCI device is bound to vfio-pci or uio_pci_generic");
+}
+
 }  // namespace
 
 int start_backend(const config::MainConf& conf, std::string* err, std::string* note) {
@@ -75,7 +109,7 @@ int start_backend(const config::MainConf& conf, std::string* err, std::string* n
   if (have_before) sched_setaffinity(0, sizeof(before), &before);
   if (ports < 0) return ports;
   if (ports == 0) {
-    if (err) *err = "no DPDK port: the dpdk eal arguments name no device (--vdev=net_tap0,iface=... or -a PCI)";
+    if (err) *err = no_port_message(conf.network.dpdk.eal);
     return -ENODEV;
   }
   PortConfig pc;
@@ -150,6 +184,14 @@ stats::ExtraSection backend_stats_section() {
     add("dpdk_tcp_retransmits_total", "TCP segments retransmitted", t.retransmits);
     add("dpdk_tcp_bad_checksum_total", "TCP segments with a bad checksum", t.bad_checksum);
     add("dpdk_tcp_resets_out_total", "TCP RSTs sent", t.rst_out);
+    add("dpdk_tcp_syn_dropped_max_streams_total", "SYNs dropped: worker_connections are not enough",
+        t.refused_max_streams);
+    const IdleStats& idle = cs->idle_stats();
+    add("dpdk_idle_sleeps_total", "Idle back-off sleeps (idle_sleep)", idle.sleeps);
+    s.metrics.push_back(stats::ExtraMetric{"dpdk_idle_sleep_seconds_total", "Time spent in idle back-off sleeps",
+                                           kCounter, l, double(idle.slept_ns) / 1e9});
+    add("dpdk_idle_wakeups_sent_total", "Sleeping cores woken after frames were handed to them",
+        idle.wakeups_sent);
     tcpip::append_tcp_metrics(cs->tcp(), l, &s);  // memory per connection, SACK, RTO, keep-alive
   }
   return s;
@@ -161,9 +203,12 @@ CoreStack::CoreStack(reactor::Reactor& reactor, stats::CoreStats& stats, const c
       queue_(queue),
       steer_(mesh, flows, core),
       ip_(queue_, interface_config(conf.network.dpdk)),
-      tcp_(ip_, reactor.timers(), *this, stats, tcp_config(conf)) {
+      tcp_(ip_, reactor.timers(), *this, stats, tcp_config(conf)),
+      idle_(uint64_t{conf.network.dpdk.idle_sleep_us} * 1000) {
   // One lcore per worker: a registered non-EAL thread gets an lcore id, hence its own mempool cache.
   registered_ = rte_thread_register() == 0;
+  // Idle sleeps of 10..N us: the default 50 us timer slack of a normal thread would dominate them.
+  if (idle_.enabled()) prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
   ip_.set_arp_listener(&steer_);
   tcp_.set_flow_owner(&steer_);
   reactor_.add_poller(this);
@@ -178,6 +223,10 @@ CoreStack::~CoreStack() {
     CoreStack* self = this;
     c.compare_exchange_strong(self, nullptr);
   }
+  // The worker stopped (drain over or timed out): the peers of connections still open learn it now rather
+  // than from retransmission timeouts against a port that no longer answers.
+  size_t reset = tcp_.reset_all();
+  if (reset > 0) KOSOKU_LOG(kNotice, "network dpdk: %zu connection(s) still open at exit were reset", reset);
   queue_.flush();
   if (registered_) rte_thread_unregister();
 }
@@ -186,7 +235,7 @@ uint64_t CoreStack::now_ms() const { return reactor_.now_ms(); }
 uint64_t CoreStack::now_us() const { return reactor_.now_ns() / 1000; }
 
 bool CoreStack::poll() {
-  queue_.flush();  // frames from timers and tasks of the previous iteration
+  unsigned work = queue_.flush();  // frames from timers and tasks of the previous iteration
   uint64_t now = reactor_.now_ms();
   // Up to 4 bursts per iteration, so disk completions and timers keep their turn under load.
   rte_mbuf* rx[Queue::kBurst];
@@ -201,11 +250,67 @@ bool CoreStack::poll() {
       tcp_.reap();
       queue_.flush();
     }
+    work += n;
     if (n < Queue::kBurst) break;
   }
-  if (steer_.drain(queue_, ip_, now) > 0) tcp_.reap();
-  queue_.flush();
-  return true;  // busy-poll: the loop must not sleep in DPDK mode
+  unsigned drained = steer_.drain(queue_, ip_, now);
+  if (drained > 0) tcp_.reap();
+  work += drained + queue_.flush();
+  if (work > 0) {
+    idle_.worked(reactor_.now_ns());
+    wake_peers();
+  } else if (idle_.enabled()) {
+    idle_wait();
+  }
+  return true;  // the loop must not sleep in DPDK mode: the idle back-off sleeps here
+}
+
+void CoreStack::idle_wait() {
+  if (reactor_.has_tasks() || queue_.tx_pending() > 0) {
+    idle_.worked(reactor_.now_ns());
+    return;
+  }
+  uint64_t next_ms = reactor_.timers().next_deadline();
+  uint64_t deadline_ns = next_ms == UINT64_MAX ? UINT64_MAX : next_ms * 1'000'000;
+  uint64_t start = reactor_.now_ns();
+  uint64_t sleep_ns = idle_.next_sleep_ns(start, deadline_ns);
+  if (sleep_ns == 0) return;
+  // Announce the sleep, then look at the rings once more: a core that enqueued before seeing the flag left
+  // its frames there (Dekker: seq_cst store here, fence + load in wake_peers on the other side).
+  sleeping_.store(true, std::memory_order_seq_cst);
+  if (unsigned n = steer_.drain(queue_, ip_, reactor_.now_ms()); n > 0) {
+    sleeping_.store(false, std::memory_order_relaxed);
+    tcp_.reap();
+    queue_.flush();
+    idle_.worked(start);
+    return;
+  }
+  __kernel_timespec ts{0, static_cast<long long>(sleep_ns)};
+  io_uring_cqe* cqe = nullptr;
+  io_uring_submit_and_wait_timeout(reactor_.ring(), &cqe, 1, &ts, nullptr);
+  sleeping_.store(false, std::memory_order_relaxed);
+  reactor_.update_clock();
+  ++idle_stats_.sleeps;
+  idle_stats_.slept_ns += reactor_.now_ns() - start;
+}
+
+void CoreStack::wake_if_sleeping() {
+  if (sleeping_.load(std::memory_order_seq_cst)) reactor_.wake();
+}
+
+void CoreStack::wake_peers() {
+  const SteeringStats& st = steer_.stats();
+  uint64_t handed = st.forwarded_out + st.arp_replicated_out +
+                    (queue_.config().tx_queue < 0 ? queue_.stats().tx_packets : 0);
+  if (handed == handed_over_) return;
+  handed_over_ = handed;
+  std::atomic_thread_fence(std::memory_order_seq_cst);  // the ring enqueues before the flag loads
+  for (int c = 0; c < kMaxCores; ++c) {
+    CoreStack* peer = g_cores[c].load(std::memory_order_acquire);
+    if (peer == nullptr || peer == this || !peer->sleeping_.load(std::memory_order_seq_cst)) continue;
+    peer->reactor_.wake();
+    ++idle_stats_.wakeups_sent;
+  }
 }
 
 void CoreStack::fire() {

@@ -12,10 +12,17 @@
 // CoreStack is the worker's net::Stack (it forwards to the TcpStack) and its reactor::Poller: every loop
 // iteration it flushes TX frames queued since the last poll (timers, resumed requests), takes up to 4 RX
 // bursts (steering each frame), drains the rings from the other cores, frees finished connections
-// (TcpStack::reap), and flushes TX again. poll() always returns true: the loop busy-polls in DPDK mode (it
-// never sleeps in io_uring_submit_and_wait_timeout). ARP aging runs on a 100 ms timer.
+// (TcpStack::reap), and flushes TX again. poll() always returns true: the loop itself never sleeps in DPDK
+// mode; the idle back-off (idle_backoff.hh, `idle_sleep`) is done here instead: after IdleBackoff::kSpinNs
+// without work (no frame in or out, nothing from the other cores, no queued task) the poller waits on the
+// core's io_uring for the next escalating step (a completion, Reactor::wake() or the timeout ends it; never
+// past the next timer). A core that forwards frames to another core (steering or TX relay) wakes it if it
+// sleeps (a per-core `sleeping` flag, seq_cst on both sides, re-checked after it is set). ARP aging runs on a
+// 100 ms timer. On destruction (the worker stopped: drain over) every connection still open gets a RST
+// (TcpStack::reset_all) before the port stops.
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <string>
 
@@ -23,6 +30,7 @@
 #include "core/net/stream.hh"
 #include "core/reactor/reactor.hh"
 #include "core/stats/export.hh"
+#include "kernel-bypass/dpdk/idle_backoff.hh"
 #include "kernel-bypass/dpdk/queue.hh"
 #include "kernel-bypass/dpdk/steering.hh"
 #include "kernel-bypass/tcpip/tcp_stack.hh"
@@ -37,8 +45,8 @@ namespace kosoku::dpdk {
 int start_backend(const config::MainConf& conf, std::string* err, std::string* note = nullptr);
 /// After the workers have stopped: stops and closes the port. Safe to call when not started.
 void stop_backend();
-/// Port counters (Port::stats_section) plus each core's queue, steering, interface and TCP counters (label
-/// core="C", same section); empty section if the backend is not started.
+/// Port counters (Port::stats_section) plus each core's queue, steering, interface, TCP and idle back-off
+/// counters (label core="C", same section); empty section if the backend is not started.
 stats::ExtraSection backend_stats_section();
 
 /// One core's DPDK-backed stack (see the header comment). Created on the core's thread.
@@ -69,14 +77,26 @@ class CoreStack final : public net::Stack, public reactor::Poller, public reacto
   const tcpip::Interface& interface() const { return ip_; }
   const tcpip::TcpStack& tcp() const { return tcp_; }
   const CoreSteering& steering() const { return steer_; }
+  const IdleStats& idle_stats() const { return idle_stats_; }
+  /// Interrupts this core's idle sleep (any thread); a no-op unless it sleeps.
+  void wake_if_sleeping();
 
  private:
+  /// The idle back-off step: sleeps on the io_uring if IdleBackoff says so and nothing is pending.
+  void idle_wait();
+  /// After this core handed frames to other cores: wakes those that sleep.
+  void wake_peers();
+
   reactor::Reactor& reactor_;
   Queue queue_;
   CoreSteering steer_;
   tcpip::Interface ip_;
   tcpip::TcpStack tcp_;
   bool registered_ = false;  // rte_thread_register() succeeded (the thread has an lcore id)
+  IdleBackoff idle_;
+  IdleStats idle_stats_;
+  std::atomic<bool> sleeping_{false};
+  uint64_t handed_over_ = 0;  // steering forwarded_out + TX relayed frames at the last wake_peers()
 };
 
 }  // namespace kosoku::dpdk

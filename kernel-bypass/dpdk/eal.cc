@@ -4,17 +4,25 @@
 #include <rte_eal.h>
 #include <rte_errno.h>
 #include <rte_ethdev.h>
+#include <rte_log.h>
 #include <rte_version.h>
 
 #include <atomic>
 #include <cerrno>
+#include <cstdio>
+#include <cstdlib>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 
 namespace kosoku::dpdk {
 
 namespace {
 std::atomic<bool> g_eal_started{false};
+std::string g_init_log;
 
 int collect_bus(const rte_bus* bus, const void* data) {
   auto* out = static_cast<std::vector<std::string>*>(const_cast<void*>(data));
@@ -44,13 +52,42 @@ int init_eal(std::span<const std::string> args, std::string* err) {
   argv.clear();
   for (std::string& s : storage) argv.push_back(s.data());
   argv.push_back(nullptr);
+  // DPDK's own log says why a device was refused (the bus probe failing is not an rte_eal_init error):
+  // capture it during init, copy it to stderr where it would have gone, keep it for the error message.
+  char* buf = nullptr;
+  size_t len = 0;
+  FILE* capture = open_memstream(&buf, &len);
+  if (capture != nullptr) rte_openlog_stream(capture);
   int rc = rte_eal_init(static_cast<int>(storage.size()), argv.data());
+  int e = rte_errno;
+  if (capture != nullptr) {
+    rte_openlog_stream(nullptr);  // back to EAL's default stream
+    std::fclose(capture);
+    g_init_log.assign(buf, len);
+    std::free(buf);
+    std::fwrite(g_init_log.data(), 1, g_init_log.size(), stderr);
+  }
   if (rc < 0) {
-    int e = rte_errno;
-    if (err) *err = absl::StrCat("rte_eal_init failed: ", rte_strerror(e));
+    if (err) *err = absl::StrCat("rte_eal_init failed: ", rte_strerror(e), log_excerpt(g_init_log, {}));
     return -(e > 0 ? e : EINVAL);
   }
   return static_cast<int>(rte_eth_dev_count_avail());
+}
+
+const std::string& eal_init_log() { return g_init_log; }
+
+std::string log_excerpt(std::string_view log, std::span<const std::string> names) {
+  std::vector<std::string_view> picked;
+  for (std::string_view line : absl::StrSplit(log, '\n', absl::SkipWhitespace())) {
+    std::string lower = absl::AsciiStrToLower(line);
+    bool relevant = absl::StrContains(lower, "fail") || absl::StrContains(lower, "error") ||
+                    absl::StrContains(lower, "cannot") || absl::StrContains(lower, "unable") ||
+                    absl::StrContains(lower, "invalid") || absl::StrContains(lower, "not ");
+    for (const std::string& n : names) relevant = relevant || absl::StrContains(line, n);
+    if (relevant && picked.size() < 6) picked.push_back(absl::StripAsciiWhitespace(line));
+  }
+  if (picked.empty()) return "";
+  return absl::StrCat(" (DPDK: ", absl::StrJoin(picked, " | "), ")");
 }
 
 }  // namespace kosoku::dpdk

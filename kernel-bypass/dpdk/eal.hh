@@ -9,6 +9,7 @@
 
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace kosoku::dpdk {
@@ -22,7 +23,16 @@ std::vector<std::string> linked_buses();
 
 /// rte_eal_init with `args` as argv[1..] (argv[0] is "kosoku"). Once per process: a second call returns
 /// -EALREADY. Returns the number of available ethdev ports (>= 0), or -errno with *err =
-/// "rte_eal_init failed: <rte_strerror>".
+/// "rte_eal_init failed: <rte_strerror> (DPDK: <its error lines>)". DPDK's log during the call is captured
+/// (and copied to stderr): a device the bus probe refused is no rte_eal_init error, only log lines and a
+/// missing port, so the caller names the cause from eal_init_log().
 int init_eal(std::span<const std::string> args, std::string* err);
+
+/// DPDK's log lines written during init_eal (empty before it).
+const std::string& eal_init_log();
+
+/// " (DPDK: line | line ...)" with up to 6 lines of `log` that report a failure (fail, error, cannot,
+/// unable, invalid, "not ") or mention one of `names`; "" if none.
+std::string log_excerpt(std::string_view log, std::span<const std::string> names);
 
 }  // namespace kosoku::dpdk

@@ -96,7 +96,9 @@ void Tcb::open_passive(const TcpSegment& syn, bool listener_backlog) {
 void Tcb::open_from_cookie(const TcpSegment& ack, SeqNum iss, uint16_t mss) {
   passive_ = true;
   irs_ = ack.header.seq - 1;
-  rcv_nxt_ = rcv_adv_ = ack.header.seq;
+  rcv_nxt_ = ack.header.seq;
+  // The cookie SYN-ACK advertised a window (TcpStack::on_listen_segment): data on this ACK is in it.
+  rcv_adv_ = rcv_nxt_ + std::min<uint32_t>(rcv_space(), TcpStack::kCookieWindow);
   iss_ = iss;
   snd_una_ = snd_nxt_ = snd_max_ = data_seq_ = iss + 1;
   TcpOptions none;

@@ -5,6 +5,7 @@
 #include <cerrno>
 
 #include "absl/strings/str_cat.h"
+#include "core/base/log.hh"
 #include "kernel-bypass/tcpip/tcb.hh"
 
 namespace kosoku::tcpip {
@@ -233,8 +234,7 @@ void TcpStack::on_listen_segment(Listener& l, const FourTuple& t, const TcpSegme
   }
   ++stats_.syn_in;
   if (open_ >= conf_.max_streams) {
-    ++stats_.refused_max_streams;
-    ++core_stats_.conn_rejected;
+    refuse_max_streams(t);
     return;  // dropped: the client retries its SYN (like a full accept queue)
   }
   if (l.half_open >= l.backlog) {
@@ -252,7 +252,7 @@ void TcpStack::on_listen_segment(Listener& l, const FourTuple& t, const TcpSegme
     TcpOptions o;
     o.has_mss = true;
     o.mss = static_cast<uint16_t>(ip_.max_l4_payload() - TcpHeader::kMinSize);
-    send_control(t, isn, h.seq + 1, kSyn | kAck, 65535, o);
+    send_control(t, isn, h.seq + 1, kSyn | kAck, kCookieWindow, o);
     ++stats_.syn_cookies_sent;
     return;
   }
@@ -275,8 +275,8 @@ bool TcpStack::accept_cookie(Listener& l, const FourTuple& t, const TcpSegment& 
     return false;
   }
   if (open_ >= conf_.max_streams) {
-    ++stats_.refused_max_streams;
-    return true;  // valid but no room: drop silently
+    refuse_max_streams(t);
+    return true;  // valid but no room: dropped (the client retransmits its ACK or data)
   }
   ++stats_.syn_cookies_ok;
   ++stats_.passive_opens;
@@ -312,7 +312,7 @@ void TcpStack::established(Tcb& tcb) {
   }
   auto l = listeners_.find(tcb.tuple().local_port);
   if (l == listeners_.end() || !accepting_ || open_ >= conf_.max_streams) {
-    if (open_ >= conf_.max_streams) ++core_stats_.conn_rejected;
+    if (open_ >= conf_.max_streams) refuse_max_streams(tcb.tuple());
     tcb.close(net::Stream::Close::kAbort);
     return;
   }
@@ -326,6 +326,30 @@ void TcpStack::established(Tcb& tcb) {
     return;
   }
   tcb.set_handler(h);
+}
+
+void TcpStack::refuse_max_streams(const FourTuple& t) {
+  ++stats_.refused_max_streams;
+  ++core_stats_.conn_rejected;
+  // nginx's accept-time alert, one line per second per core at most (an overload must not flood the log).
+  KOSOKU_LOG_LIMITED(max_streams_log_, now_ms(), kAlert,
+                     "%u worker_connections are not enough, connection from %s:%u to port %u dropped "
+                     "(%u open on this core; %u refused so far)",
+                     conf_.max_streams, t.remote.to_string(), t.remote_port, t.local_port, open_,
+                     stats_.refused_max_streams);
+}
+
+size_t TcpStack::reset_all() {
+  size_t n = 0;
+  for (auto& [t, tcb] : table_) {
+    TcpState st = tcb->state();
+    if (st == TcpState::kClosed || st == TcpState::kTimeWait || st == TcpState::kSynSent) continue;
+    // RFC 9293 §3.10.7.4 / §3.6 ABORT: <SEQ=SND.NXT><CTL=RST>; the ACK field lets a peer that validates it
+    // (RFC 5961 §3) accept it at once.
+    send_control(t, tcb->snd_nxt(), tcb->rcv_nxt(), kRst | kAck, 0, TcpOptions{});
+    ++n;
+  }
+  return n;
 }
 
 void TcpStack::stream_closed(Tcb& tcb) {

@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "core/base/log.hh"
 #include "core/net/stream.hh"
 #include "core/reactor/timer_wheel.hh"
 #include "core/stats/counters.hh"
@@ -88,7 +89,8 @@ struct TcpStats {
   uint64_t rst_in = 0, rst_out = 0, resets_to_closed_port = 0;
   uint64_t syn_in = 0, syn_backlog_full = 0, syn_cookies_sent = 0, syn_cookies_ok = 0, syn_cookies_bad = 0;
   uint64_t syn_fin_dropped = 0;  // SYN+FIN to a listener, discarded
-  uint64_t active_opens = 0, passive_opens = 0, established = 0, refused_max_streams = 0, timeouts = 0;
+  uint64_t active_opens = 0, passive_opens = 0, established = 0, timeouts = 0;
+  uint64_t refused_max_streams = 0;  // SYNs (or cookie ACKs, completed handshakes) dropped: worker_connections
   uint64_t time_wait = 0;  // gauge
   uint64_t time_wait_overflow = 0;  // connections closed without TIME-WAIT: max_time_wait reached
   uint64_t time_wait_reused = 0;  // active opens that took over a TIME-WAIT 4-tuple (tcp_tw_reuse, RFC 6191)
@@ -116,6 +118,8 @@ class TcpStack final : public net::Stack, public L4Handler {
   static constexpr uint32_t kEphemeralProbes = 1024;      // free-port candidates examined per connect()
   static constexpr uint64_t kTimeWaitReuseMs = 1000;      // Linux tcp_tw_reuse: 1 s since the last segment
   static constexpr uint32_t kTimeWaitReuseProbes = 8;     // TIME-WAIT entries examined per connect()
+  static constexpr uint16_t kCookieWindow = 65535;         // window of a SYN cookie's SYN-ACK (unscaled); the
+                                                           // connection the cookie completes starts with it
   TcpStack(Interface& ip, reactor::TimerWheel& timers, const Clock& clock, stats::CoreStats& core_stats,
            const TcpConfig& conf);
   ~TcpStack() override;
@@ -146,6 +150,10 @@ class TcpStack final : public net::Stack, public L4Handler {
   /// Frees connections that finished (call once per loop iteration after input processing; never from
   /// inside a StreamHandler callback).
   void reap();
+  /// Sends a RST (SEQ = SND.NXT, ACK = RCV.NXT) for every connection that is synchronized or half-open
+  /// (not SYN-SENT, TIME-WAIT or closed) and returns how many. Calls no handler and changes no state: for the
+  /// end of a worker (shutdown drain over), just before the stack is destroyed.
+  size_t reset_all();
 
   const TcpStats& stats() const { return stats_; }
   const TcpConfig& config() const { return conf_; }
@@ -169,6 +177,10 @@ class TcpStack final : public net::Stack, public L4Handler {
   void send_control(const FourTuple& t, SeqNum seq, SeqNum ack, uint8_t flags, uint16_t window,
                     const TcpOptions& options);
   void reset_for(const FourTuple& t, const TcpSegment& seg);
+  /// worker_connections reached: a SYN (or a cookie ACK, or a handshake completing) from t is dropped;
+  /// counted in TcpStats::refused_max_streams and CoreStats::conn_rejected, and an alert is logged
+  /// ("N worker_connections are not enough", as nginx) at most once per second per core.
+  void refuse_max_streams(const FourTuple& t);
   /// A local port for an active open to dst:dst_port: a free one (at most kEphemeralProbes candidates from
   /// the rotating cursor), else one whose TIME-WAIT tuple may be reused (reuse_time_wait); 0: none.
   uint16_t pick_ephemeral(Ipv4Addr dst, uint16_t dst_port);
@@ -207,6 +219,7 @@ class TcpStack final : public net::Stack, public L4Handler {
   absl::flat_hash_map<uint64_t, std::deque<uint16_t>> tw_ports_;
   const FlowOwner* flow_owner_ = nullptr;
   config::ListenSocket empty_socket_;
+  base::LogRateLimiter max_streams_log_{1000};
 };
 
 }  // namespace kosoku::tcpip

@@ -1,0 +1,57 @@
+// The DPDK worker's idle back-off (`dpdk { idle_sleep 200us|off; }`, config/network_conf.hh), l3fwd-power
+// style: a core that keeps polling an empty RX queue burns a host CPU for nothing, so after kSpinNs without
+// work it sleeps in short, escalating steps (kFirstSleepNs, doubling, up to the configured cap), never past
+// its next timer deadline, and goes back to pure busy-polling on the first work. Plain C++ (the decision
+// only; CoreStack, backend.hh, does the sleeping in io_uring so a completion or a wake() ends it early).
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+namespace kosoku::dpdk {
+
+struct IdleStats {
+  uint64_t sleeps = 0;    // sleeps taken
+  uint64_t slept_ns = 0;  // time spent in them (measured, ns)
+  uint64_t wakeups_sent = 0;  // wake()s sent to sleeping cores this core forwarded frames to
+};
+
+class IdleBackoff {
+ public:
+  static constexpr uint64_t kSpinNs = 100'000;      // pure busy-poll for 100 us after the last work
+  static constexpr uint64_t kFirstSleepNs = 10'000;  // then sleep 10 us, 20, 40, ... up to the cap
+  static constexpr uint64_t kMinSleepNs = 2'000;     // shorter than this before a timer: keep polling
+
+  /// max_sleep_ns: the cap (idle_sleep); 0 turns the back-off off (busy-poll).
+  explicit IdleBackoff(uint64_t max_sleep_ns) : max_ns_(max_sleep_ns) {}
+
+  bool enabled() const { return max_ns_ != 0; }
+  uint64_t max_sleep_ns() const { return max_ns_; }
+
+  /// Work was done at now_ns (a frame received or sent, a task queued...): back to busy-polling.
+  void worked(uint64_t now_ns) {
+    last_work_ns_ = now_ns;
+    step_ns_ = 0;
+  }
+
+  /// How long to sleep now (ns), or 0 to keep polling: 0 while within kSpinNs of the last work or when the
+  /// next deadline (ns on the same clock, UINT64_MAX: none) is less than kMinSleepNs away; otherwise the next
+  /// step of the escalation, cut at the deadline. Each non-zero answer advances the escalation.
+  uint64_t next_sleep_ns(uint64_t now_ns, uint64_t deadline_ns) {
+    if (max_ns_ == 0 || now_ns - last_work_ns_ < kSpinNs) return 0;
+    step_ns_ = step_ns_ == 0 ? std::min(kFirstSleepNs, max_ns_) : std::min(step_ns_ * 2, max_ns_);
+    uint64_t sleep = step_ns_;
+    if (deadline_ns != UINT64_MAX) {
+      if (deadline_ns <= now_ns + kMinSleepNs) return 0;
+      sleep = std::min(sleep, deadline_ns - now_ns);
+    }
+    return sleep;
+  }
+
+ private:
+  uint64_t max_ns_;
+  uint64_t last_work_ns_ = 0;
+  uint64_t step_ns_ = 0;
+};
+
+}  // namespace kosoku::dpdk
