@@ -4,9 +4,9 @@
 #include <string.h>  // memrchr (GNU)
 
 #include <cstring>
-#include <limits>
 
 #include "core/http/chars.hh"
+#include "core/http/field_line.hh"
 
 namespace kosoku::http {
 namespace {
@@ -214,88 +214,6 @@ bool parse_request_line(std::string_view line, Request& out, ParseResult& err) {
   return parse_target(out.target, out, err);
 }
 
-/// Parses a Content-Length value (a list of identical 1*DIGIT members, RFC 9110 §8.6) and merges it with
-/// what earlier lines said.
-bool apply_content_length(std::string_view value, Request& out, ParseResult& err) {
-  std::string_view rest = value;
-  bool any = false;
-  while (!rest.empty()) {
-    const std::string_view m = chars::next_list_element(rest);
-    if (m.empty()) continue;
-    uint64_t v = 0;
-    for (char c : m) {
-      if (!chars::is_digit(c)) {
-        err = fail(400, "invalid Content-Length");
-        return false;
-      }
-      const uint64_t d = static_cast<uint64_t>(c - '0');
-      if (v > (static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) - d) / 10) {
-        err = fail(400, "Content-Length too large");
-        return false;
-      }
-      v = v * 10 + d;
-    }
-    if (out.content_length && *out.content_length != v) {
-      err = fail(400, "conflicting Content-Length values");
-      return false;
-    }
-    out.content_length = v;
-    any = true;
-  }
-  if (!any) {
-    err = fail(400, "empty Content-Length");
-    return false;
-  }
-  return true;
-}
-
-struct TransferCodings {
-  bool seen = false;
-  bool last_is_chunked = false;
-  int chunked = 0;     // how often chunked appears
-  bool other = false;  // a coding other than chunked
-  bool invalid = false;
-};
-
-void apply_transfer_encoding(std::string_view value, TransferCodings& te) {
-  te.seen = true;
-  std::string_view rest = value;
-  while (!rest.empty()) {
-    const std::string_view m = chars::next_list_element(rest);
-    if (m.empty()) continue;
-    size_t i = 0;
-    while (i < m.size() && is_tchar(m[i])) ++i;
-    const std::string_view name = m.substr(0, i);
-    const std::string_view params = chars::trim_ows(m.substr(i));
-    if (name.empty() || (!params.empty() && params[0] != ';')) {
-      te.invalid = true;
-      continue;
-    }
-    if (chars::iequals_lower(name, "chunked")) {
-      if (!params.empty()) te.invalid = true;  // chunked takes no parameters
-      ++te.chunked;
-      te.last_is_chunked = true;
-    } else {
-      te.other = true;
-      te.last_is_chunked = false;
-    }
-  }
-}
-
-void apply_connection(std::string_view value, Request& out) {
-  std::string_view rest = value;
-  while (!rest.empty()) {
-    const std::string_view m = chars::next_list_element(rest);
-    if (chars::iequals_lower(m, "close")) {
-      out.connection_close = true;
-    } else if (chars::iequals_lower(m, "keep-alive")) {
-      out.connection_keep_alive = true;
-    } else if (chars::iequals_lower(m, "upgrade")) {
-      out.connection_upgrade = true;
-    }
-  }
-}
-
 void apply_expect(std::string_view value, Request& out) {
   std::string_view rest = value;
   while (!rest.empty()) {
@@ -308,32 +226,6 @@ void apply_expect(std::string_view value, Request& out) {
       out.expect_other = true;
     }
   }
-}
-
-/// Splits and checks one field line (not empty). RFC 9112 §5, RFC 9110 §5.5.
-bool parse_field_line(std::string_view line, HeaderField& f, ParseResult& err) {
-  if (chars::is_ows(line[0])) {
-    err = fail(400, "obsolete line folding or whitespace before field");
-    return false;
-  }
-  size_t i = 0;
-  while (i < line.size() && is_tchar(line[i])) ++i;
-  if (i == 0 || i == line.size() || line[i] != ':') {
-    err = fail(400, "invalid header field name");
-    return false;
-  }
-  f.name = line.substr(0, i);
-  size_t b = i + 1;
-  size_t e = line.size();
-  if (chars::find_invalid_field_byte(line.data() + b, e - b) != e - b) {
-    err = fail(400, "invalid character in header field value");
-    return false;
-  }
-  while (b < e && chars::is_ows(line[b])) ++b;
-  while (e > b && chars::is_ows(line[e - 1])) --e;
-  f.value = line.substr(b, e - b);
-  f.token = lookup_header_token(f.name);
-  return true;
 }
 
 /// Resets every output member (field by field: cheaper than assigning a fresh Request).
@@ -500,13 +392,12 @@ ParseResult parse_request(std::string_view buf, Request& out, const ParserLimits
       break;  // the empty line ending the head
     }
     if (out.field_count >= max_fields) return fail(431, "too many request header fields");
-    HeaderField& f = out.fields[out.field_count];
-    if (!parse_field_line(buf.substr(p, fl.end - p), f, err)) return err;
-    const size_t tok = static_cast<size_t>(f.token);
-    if (f.token != HeaderToken::kUnknown && out.first_field[tok] == Request::kNoField) {
-      out.first_field[tok] = static_cast<uint16_t>(out.field_count);
+    const std::string_view line = buf.substr(p, fl.end - p);
+    const FieldLineError fe = append_field_line(line, out.fields, out.field_count, out.first_field);
+    if (fe != FieldLineError::kNone) {
+      return fail(400, field_line_reason(fe, "obsolete line folding or whitespace before field"));
     }
-    ++out.field_count;
+    const HeaderField& f = out.fields[out.field_count - 1];
     switch (f.token) {
       case HeaderToken::kHost:
         if (host_seen) return fail(400, "multiple Host header fields");
@@ -514,13 +405,15 @@ ParseResult parse_request(std::string_view buf, Request& out, const ParserLimits
         host_value = f.value;
         break;
       case HeaderToken::kContentLength:
-        if (!apply_content_length(f.value, out, err)) return err;
+        if (std::string_view why = merge_content_length(f.value, out.content_length); !why.empty()) {
+          return fail(400, why);
+        }
         break;
       case HeaderToken::kTransferEncoding:
         apply_transfer_encoding(f.value, te);
         break;
       case HeaderToken::kConnection:
-        apply_connection(f.value, out);
+        apply_connection(f.value, out.connection_close, out.connection_keep_alive, &out.connection_upgrade);
         break;
       case HeaderToken::kExpect:
         apply_expect(f.value, out);

@@ -2,9 +2,10 @@
 #include "core/http/response_parser.hh"
 
 #include <cstring>
-#include <limits>
+#include <optional>
 
 #include "core/http/chars.hh"
+#include "core/http/field_line.hh"
 
 namespace kosoku::http {
 namespace {
@@ -82,109 +83,6 @@ bool parse_status_line(std::string_view line, ParsedResponse& out, std::string_v
   return true;
 }
 
-bool parse_field_line(std::string_view line, HeaderField& f, std::string_view& reason) {
-  if (chars::is_ows(line[0])) {
-    reason = "obsolete line folding in upstream response";
-    return false;
-  }
-  size_t i = 0;
-  while (i < line.size() && chars::is_tchar(line[i])) ++i;
-  if (i == 0 || i == line.size() || line[i] != ':') {
-    reason = "invalid header field name";
-    return false;
-  }
-  f.name = line.substr(0, i);
-  size_t b = i + 1;
-  size_t e = line.size();
-  if (chars::find_invalid_field_byte(line.data() + b, e - b) != e - b) {
-    reason = "invalid character in header field value";
-    return false;
-  }
-  while (b < e && chars::is_ows(line[b])) ++b;
-  while (e > b && chars::is_ows(line[e - 1])) --e;
-  f.value = line.substr(b, e - b);
-  f.token = lookup_header_token(f.name);
-  return true;
-}
-
-/// Content-Length: a list of identical 1*DIGIT members (RFC 9110 §8.6), equal to earlier lines.
-bool apply_content_length(std::string_view value, ParsedResponse& out, std::string_view& reason) {
-  std::string_view rest = value;
-  bool any = false;
-  while (!rest.empty()) {
-    const std::string_view m = chars::next_list_element(rest);
-    if (m.empty()) continue;
-    uint64_t v = 0;
-    for (char c : m) {
-      if (!chars::is_digit(c)) {
-        reason = "invalid Content-Length";
-        return false;
-      }
-      const uint64_t d = static_cast<uint64_t>(c - '0');
-      if (v > (static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) - d) / 10) {
-        reason = "Content-Length too large";
-        return false;
-      }
-      v = v * 10 + d;
-    }
-    if (out.has_content_length && out.content_length != v) {
-      reason = "conflicting Content-Length values";
-      return false;
-    }
-    out.content_length = v;
-    out.has_content_length = true;
-    any = true;
-  }
-  if (!any) {
-    reason = "empty Content-Length";
-    return false;
-  }
-  return true;
-}
-
-struct TransferCodings {
-  bool seen = false;
-  bool last_is_chunked = false;
-  int chunked = 0;
-  bool invalid = false;
-};
-
-void apply_transfer_encoding(std::string_view value, TransferCodings& te) {
-  te.seen = true;
-  std::string_view rest = value;
-  while (!rest.empty()) {
-    const std::string_view m = chars::next_list_element(rest);
-    if (m.empty()) continue;
-    size_t i = 0;
-    while (i < m.size() && chars::is_tchar(m[i])) ++i;
-    const std::string_view name = m.substr(0, i);
-    const std::string_view params = chars::trim_ows(m.substr(i));
-    if (name.empty() || (!params.empty() && params[0] != ';')) {
-      te.invalid = true;
-      continue;
-    }
-    if (chars::iequals_lower(name, "chunked")) {
-      if (!params.empty()) te.invalid = true;
-      ++te.chunked;
-      te.last_is_chunked = true;
-    } else {
-      te.last_is_chunked = false;
-    }
-  }
-}
-
-void apply_connection(std::string_view value, ParsedResponse& out) {
-  std::string_view rest = value;
-  while (!rest.empty()) {
-    const std::string_view m = chars::next_list_element(rest);
-    if (chars::iequals_lower(m, "close")) {
-      out.connection_close = true;
-    } else if (chars::iequals_lower(m, "keep-alive")) {
-      out.connection_keep_alive = true;
-    }
-  }
-}
-
 void reset(ParsedResponse& r) {
   r.field_count = 0;
   r.version_minor = 1;
@@ -222,6 +120,7 @@ ResponseParseResult parse_response_head(std::string_view buf, ParsedResponse& ou
 
   const size_t max_fields = lim.max_fields < out.fields.size() ? lim.max_fields : out.fields.size();
   TransferCodings te;
+  std::optional<uint64_t> content_length;
   for (;;) {
     const Line fl = line_at(head, p);
     if (!fl.crlf && !lim.allow_bare_lf) return fail("bare LF");
@@ -230,28 +129,29 @@ ResponseParseResult parse_response_head(std::string_view buf, ParsedResponse& ou
       break;
     }
     if (out.field_count >= max_fields) return fail("too many header fields in upstream response");
-    HeaderField& f = out.fields[out.field_count];
-    if (!parse_field_line(head.substr(p, fl.end - p), f, reason)) return fail(reason);
-    const size_t tok = static_cast<size_t>(f.token);
-    if (f.token != HeaderToken::kUnknown && out.first_field[tok] == Request::kNoField) {
-      out.first_field[tok] = static_cast<uint16_t>(out.field_count);
+    const std::string_view line = head.substr(p, fl.end - p);
+    const FieldLineError fe = append_field_line(line, out.fields, out.field_count, out.first_field);
+    if (fe != FieldLineError::kNone) {
+      return fail(field_line_reason(fe, "obsolete line folding in upstream response"));
     }
-    ++out.field_count;
+    const HeaderField& f = out.fields[out.field_count - 1];
     switch (f.token) {
       case HeaderToken::kContentLength:
-        if (!apply_content_length(f.value, out, reason)) return fail(reason);
+        if (std::string_view why = merge_content_length(f.value, content_length); !why.empty()) return fail(why);
         break;
       case HeaderToken::kTransferEncoding:
         apply_transfer_encoding(f.value, te);
         break;
       case HeaderToken::kConnection:
-        apply_connection(f.value, out);
+        apply_connection(f.value, out.connection_close, out.connection_keep_alive, nullptr);
         break;
       default:
         break;
     }
     p = fl.next;
   }
+  out.has_content_length = content_length.has_value();
+  out.content_length = content_length.value_or(0);
 
   if (te.seen) {
     if (out.has_content_length) return fail("upstream sent both Content-Length and Transfer-Encoding");
