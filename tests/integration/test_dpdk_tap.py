@@ -503,3 +503,68 @@ def test_impaired_close_and_rst_paths(rig, impaired):
     took = time.monotonic() - t0
     print(f"{_BACKEND}-{impaired.profile.name}: close/RST phase {took:.1f} s; nft {impaired.finish()[0]}")
     assert took < 90, f"took {took:.1f} s"
+
+
+@pytest.fixture(scope="module")
+def linux_link(rig, impair_link, tmp_path_factory):
+    """The same impairment chain with Linux where kosoku would be: python's http.server on rig.www in a
+    namespace kimp-s<K> behind a veth pair (kimp-u<K> ═ kimp-t<K>, the latter standing in for the tap),
+    clients in kimp-c<K>; K = rig.k + 100, so no name meets the rig's. Yields (link, client ns, server address)."""
+    k = rig.k + 100
+    server_ns, client_ns, server_if, tap_if = f"kimp-s{k}", f"kimp-c{k}", f"kimp-u{k}", f"kimp-t{k}"
+    addr = f"10.98.{rig.k}.2"
+    for ns in (server_ns, client_ns):
+        _run("ip", "netns", "del", ns, check=False)
+        _run("ip", "netns", "add", ns)
+        _run("ip", "-n", ns, "link", "set", "lo", "up")
+    _run("ip", "-n", server_ns, "link", "add", server_if, "type", "veth", "peer", "name", tap_if, "netns", client_ns)
+    _run("ip", "-n", server_ns, "addr", "add", f"{addr}/24", "dev", server_if)
+    _run("ip", "-n", client_ns, "addr", "add", f"10.98.{rig.k}.1/24", "dev", tap_if)
+    _run("ip", "-n", server_ns, "link", "set", server_if, "up")
+    _run("ip", "-n", client_ns, "link", "set", tap_if, "up")
+    _run("ip", "netns", "exec", server_ns, "python3", impair.__file__, "offloads-off", server_if)
+    server = subprocess.Popen(["ip", "netns", "exec", server_ns, "python3", "-m", "http.server", str(PORT), "--bind",
+                               addr, "-d", str(rig.www)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    link = impair.ImpairedLink(tap_if, client_ns, f"10.98.{rig.k}.1/24", k, tmp_path_factory.mktemp("linux-link"),
+                               _BACKEND)
+    try:
+        link.attach()
+        deadline = time.monotonic() + 15
+        while _run("ip", "netns", "exec", client_ns, "curl", "-s", "-m", "2", "-o", "/dev/null", "-w", "%{http_code}",
+                   f"http://{addr}:{PORT}/1k.bin", check=False).stdout != "200":
+            assert server.poll() is None and time.monotonic() < deadline, "python http.server did not answer"
+            time.sleep(0.2)
+        yield link, client_ns, addr
+    finally:
+        link.detach()
+        impair.stop_process(server, signal.SIGTERM, 5)
+        for ns in (server_ns, client_ns):
+            _run("ip", "netns", "del", ns, check=False)
+
+
+@pytest.mark.parametrize("profile", [LOSS5, LOSS10, REORDER, COMBINED], ids=_ids([LOSS5, LOSS10, REORDER, COMBINED]))
+def test_impaired_link_linux_reference(rig, linux_link, profile):
+    """The harness itself, with Linux on both ends: byte-exact and quick through every impairment (so a failure
+    of the kosoku tests above is kosoku's), and the reference goodput the kosoku figures compare with."""
+    link, client_ns, addr = linux_link
+    name = "1m.bin" if profile is COMBINED else "8m.bin"
+    link.apply(profile)
+    try:
+        out = rig.base / f"linux-{name}"
+        for fetch in ("1k.bin", name):  # the first also resolves ARP through the impaired link
+            t0 = time.monotonic()
+            r = _run("ip", "netns", "exec", client_ns, "curl", "-sS", "--fail", "-m", "30", "-o", str(out),
+                     "-w", "%{time_connect}", f"http://{addr}:{PORT}/{fetch}", timeout=35)
+            took = time.monotonic() - t0 - float(r.stdout)  # without the handshake (a lost SYN costs 1 s)
+        assert hashlib.sha256(out.read_bytes()).hexdigest() == rig.digests[name]
+        out.unlink()
+    finally:
+        nft, relay = link.nft_counters(), link.clear()
+    mb_s = rig.www.joinpath(name).stat().st_size / took / 1e6
+    print(f"{_BACKEND}-{profile.name}: Linux to Linux {name} in {took:.2f} s after the handshake ({mb_s:.1f} MB/s);"
+          f" nft {nft}")
+    if link.backend != "netem":
+        assert nft.get("from_kosoku_fwd", 0) > 0 and nft.get("to_kosoku_fwd", 0) > 0, nft
+        assert not profile.loss or nft.get("from_kosoku_drop", 0) > 0, nft
+        assert not profile.needs_relay() or relay["max_held"] > 0, relay
+    assert took < 20, f"Linux to Linux took {took:.1f} s"
