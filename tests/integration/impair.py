@@ -218,6 +218,23 @@ class ImpairedLink:
                 _ns(ns, "tc", "qdisc", "del", "dev", iface, "root", check=False)
         return stats
 
+    def blackout_after_small_window(self, below_bytes: int = 4096, seconds: float = 1, wscale: int = 10) -> None:
+        """A deterministic lost-window-update scenario instead of a profile: once the kernel advertises a
+        receive window under `below_bytes` (its window field shifted by `wscale`, 10 for Linux's default
+        buffers), every further frame of that connection towards kosoku is dropped for `seconds`; the other
+        direction passes. A sender that sent into that small window must retransmit (RFC 6298 §5.1) or probe
+        (RFC 9293 §3.8.6.1) to learn that the window opened again."""
+        self.apply(Profile("none"))
+        self._nft(self.mid_ns, "delete table netdev kimp")
+        units = max(1, below_bytes >> wscale)
+        self._nft(self.mid_ns, "\n".join([
+            "table netdev kimp {", "  set blackout { type inet_service; flags timeout; }",
+            self._chain("from_kosoku", self.tap, self.a, 0, 0),
+            f'  chain to_kosoku {{ type filter hook ingress device "{self.a}" priority 0; '
+            f"tcp sport @blackout counter drop; "
+            f"tcp window < {units} add @blackout {{ tcp sport timeout {int(seconds * 1000)}ms }}; "
+            f'counter fwd to "{self.tap}"; }}', "}"]))
+
     def nft_counters(self) -> dict[str, int]:
         """Packets counted by the mid namespace's rules: {"from_kosoku_drop": n, "to_kosoku_dup": n, ...}."""
         r = _ns(self.mid_ns, "nft", "-j", "list", "table", "netdev", "kimp", check=False)
