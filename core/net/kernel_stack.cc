@@ -217,6 +217,10 @@ class KernelStream final : public Stream {
   size_t pending_output() const override { return pending_; }
   void set_low_water(size_t bytes) override { low_water_ = bytes; }
   void close(Close how) override;
+  void set_keepalive(bool on) override {
+    int v = on ? 1 : 0;
+    setsockopt(fd_, SOL_SOCKET, SO_KEEPALIVE, &v, sizeof(v));
+  }
   // The peer address is looked up on first use (getpeername), not per accept: the multishot accept cannot return
   // it, and most requests never need it ($remote_addr, allow/deny, logs, X-Forwarded-For do).
   const sockaddr* peer() const override {

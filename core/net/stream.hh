@@ -77,6 +77,10 @@ class Stream {
   virtual std::string_view peer_text() const = 0;
   /// Local port (host order), for $server_port.
   virtual uint16_t local_port() const = 0;
+  /// TCP keep-alive on this connection (nginx's `proxy_socket_keepalive on`, SO_KEEPALIVE): the kernel
+  /// backend sets the socket option (the system's timers), kosoku's TCP its TcpConfig keepalive_* timers.
+  /// Default: ignored.
+  virtual void set_keepalive(bool on) {}
 
   void write(std::string_view data);
 

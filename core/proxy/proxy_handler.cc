@@ -265,6 +265,7 @@ void ProxyState::connect_next() {
     return;
   }
   reused_ = up_->reused();
+  if (!reused_ && conf_->socket_keepalive) up_->stream().set_keepalive(true);  // proxy_socket_keepalive
   got_bytes_ = false;
   head_written_ = false;
   terminator_written_ = false;

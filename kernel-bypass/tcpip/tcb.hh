@@ -104,6 +104,8 @@ class Tcb final : public net::Stream {
   /// Keep-alive: idle_ms of silence before the first probe, interval_ms between probes, abort after
   /// `probes` unanswered ones (ETIMEDOUT). idle_ms = 0 turns it off.
   void set_keepalive(uint64_t idle_ms, uint64_t interval_ms, unsigned probes);
+  /// net::Stream (proxy_socket_keepalive): on = the stack's TcpConfig keepalive_* values (tcp_stack.cc).
+  void set_keepalive(bool on) override;
   bool keepalive() const { return ka_idle_ms_ != 0; }
 
   // ---- net::Stream ----

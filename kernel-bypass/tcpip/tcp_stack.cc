@@ -339,6 +339,11 @@ void TcpStack::refuse_max_streams(const FourTuple& t) {
                      stats_.refused_max_streams);
 }
 
+void Tcb::set_keepalive(bool on) {
+  const TcpConfig& c = stack_.config();
+  set_keepalive(on ? c.keepalive_idle_ms : 0, c.keepalive_interval_ms, c.keepalive_probes);
+}
+
 size_t TcpStack::reset_all() {
   size_t n = 0;
   for (auto& [t, tcb] : table_) {
