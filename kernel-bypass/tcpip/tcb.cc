@@ -12,7 +12,6 @@
 namespace kosoku::tcpip {
 
 namespace {
-constexpr size_t kMinBlock = 16 * 1024;
 constexpr unsigned kChallengeAcksPerSecond = 10;  // RFC 5961 §7 rate limit, per connection
 using namespace tcp_flag;
 }  // namespace
@@ -36,10 +35,12 @@ Tcb::Tcb(TcpStack& stack, const FourTuple& tuple) : stack_(stack), tuple_(tuple)
 }
 
 Tcb::~Tcb() {
-  while (head_ != nullptr) {
-    OutBlock* n = head_->next;
-    std::free(head_);
-    head_ = n;
+  for (OutBlock* b : {head_, wait_head_, spare_}) {
+    while (b != nullptr) {
+      OutBlock* n = b->next;
+      std::free(b);
+      b = n;
+    }
   }
   std::free(in_buf_);
   stack_.stats_.memory_bytes -= accounted_bytes_;
@@ -307,8 +308,12 @@ void Tcb::process_ack(const TcpSegment& seg) {
   bool advanced = ack > snd_una_;
   bool dup_candidate = ack == snd_una_ && seg.payload.empty() && !h.has(kFin) && snd_max_ > snd_una_;
   uint32_t acked = 0;
+  size_t pending_before = pending_output();
   if (advanced) {
-    if (ack > snd_nxt_) snd_nxt_ = ack;  // after an RTO rewound snd_nxt_
+    if (ack > snd_nxt_) {  // after an RTO rewound snd_nxt_ (and forgot the FIN it had sent)
+      snd_nxt_ = ack;
+      if (fin_queued_ && ack > fin_seq()) fin_sent_ = true;  // the ACK covers that FIN: it was sent
+    }
     if (ts_ok_ && seg.options.has_timestamps && seg.options.ts_ecr != 0) {
       rtt_sample(ts_now() - seg.options.ts_ecr);
     } else if (timing_ && ack > timed_seq_) {
@@ -321,14 +326,14 @@ void Tcb::process_ack(const TcpSegment& seg) {
       drop_acked(n);
       data_seq_ += static_cast<uint32_t>(n);
       acked_data = n > 0;
+      if (acked_data && wait_bytes_ > 0) take();  // room freed: the next waiting output is taken
       stack_.core_stats_.bytes_out += n;
     }
     snd_una_ = ack;
     retries_ = 0;
     uint32_t flight = snd_max_ - snd_una_;
     if (!sack_ok_ && cc_.on_ack(ack, acked, flight)) {  // NewReno partial ACK: resend the next hole now
-      size_t avail = out_bytes_;
-      size_t len = std::min<size_t>(avail, mss_);
+      size_t len = std::min<size_t>(buffered_, mss_);
       if (len > 0) {
         send_segment(snd_una_, len, kAck);
         ++stack_.stats_.retransmits;
@@ -343,7 +348,7 @@ void Tcb::process_ack(const TcpSegment& seg) {
   } else if (!sack_ok_ && dup_candidate && wnd == snd_wnd_) {
     ++stack_.stats_.dup_acks_in;
     if (cc_.on_dupack(snd_una_, snd_max_, snd_max_ - snd_una_)) {
-      size_t len = std::min<size_t>(out_bytes_, mss_);
+      size_t len = std::min<size_t>(buffered_, mss_);
       bool fin = fin_sent_ && len == out_bytes_;
       send_segment(snd_una_, len, kAck | (fin ? kFin : 0));
       ++stack_.stats_.fast_retransmits;
@@ -362,7 +367,11 @@ void Tcb::process_ack(const TcpSegment& seg) {
     }
   }
   if (sack_ok_) sack_ack(seg, advanced, acked, dup_candidate);
-  if (acked_data && handler_ != nullptr && !closing_ && out_bytes_ <= low_water_) handler_->on_writable(*this);
+  // Pending output is what the send buffer has not taken: it drops only here (an ACK made room).
+  size_t pending = pending_output();
+  if (acked_data && handler_ != nullptr && !closing_ && pending < pending_before && pending <= low_water_) {
+    handler_->on_writable(*this);
+  }
 }
 
 void Tcb::process_text(const TcpSegment& seg) {
@@ -610,45 +619,6 @@ uint16_t Tcb::window_field(bool syn) {
   return static_cast<uint16_t>(field);
 }
 
-size_t Tcb::copy_out(size_t offset, uint8_t* dst, size_t len) const {
-  size_t done = 0;
-  for (OutBlock* b = head_; b != nullptr && done < len; b = b->next) {
-    size_t n = b->end - b->begin;
-    if (offset >= n) {
-      offset -= n;
-      continue;
-    }
-    size_t take = std::min(n - offset, len - done);
-    std::memcpy(dst + done, b->bytes() + b->begin + offset, take);
-    done += take;
-    offset = 0;
-  }
-  return done;
-}
-
-void Tcb::drop_acked(size_t n) {
-  out_bytes_ -= n;
-  while (n > 0 && head_ != nullptr) {
-    size_t avail = head_->end - head_->begin;
-    size_t take = std::min(n, avail);
-    head_->begin += static_cast<uint32_t>(take);
-    n -= take;
-    if (head_->begin == head_->end) {
-      if (head_ == tail_ && head_->ref == nullptr) {
-        head_->begin = head_->end = 0;  // keep the last owned block for reuse
-        break;
-      }
-      if (head_ == tail_) tail_ = nullptr;
-      OutBlock* next = head_->next;
-      if (head_->ref == nullptr) out_block_bytes_ -= head_->cap;
-      std::free(head_);
-      head_ = next;
-    }
-  }
-  if (out_bytes_ == 0) arm_release();  // everything acknowledged: the buffers may go if this lasts
-  update_memory();
-}
-
 void Tcb::send_segment(SeqNum seq, size_t len, uint8_t flags) {
   TcpHeader h;
   h.src_port = tuple_.local_port;
@@ -679,7 +649,7 @@ void Tcb::send_segment(SeqNum seq, size_t len, uint8_t flags) {
   stack_.ip_.send_ipv4(tuple_.remote, kProtoTcp, hl + len, [&](std::span<uint8_t> out) {
     write_tcp_header(h, o, out.data());
     if (len > 0) copy_out(off, out.data() + hl, len);
-    fill_tcp_checksum(out, tuple_.local, tuple_.remote);
+    stack_.ip_.fill_tcp_checksum(out, tuple_.local, tuple_.remote);  // pseudo-header only with TX offload
   }, stack_.now_ms());
   ++stack_.stats_.segments_out;
   if (flags & kAck) {
@@ -727,7 +697,7 @@ bool Tcb::send_next(uint32_t wnd) {
     if (snd_nxt_ < skip) snd_nxt_ = skip;
   }
   size_t offset = snd_nxt_ - data_seq_;
-  size_t avail = out_bytes_ - std::min(offset, out_bytes_);
+  size_t avail = buffered_ - std::min(offset, buffered_);  // only what the send buffer took can go
   int32_t usable = (snd_una_ + wnd) - snd_nxt_;
   size_t len = std::min<size_t>(avail, mss_);
   if (usable < static_cast<int32_t>(len)) len = usable > 0 ? static_cast<size_t>(usable) : 0;
@@ -753,49 +723,6 @@ bool Tcb::send_next(uint32_t wnd) {
 }
 
 // ---------------------------------------------------------------- Stream
-
-void Tcb::append_block(OutBlock* b) {
-  if (tail_ != nullptr) {
-    tail_->next = b;
-  } else {
-    head_ = b;
-  }
-  tail_ = b;
-}
-
-std::span<char> Tcb::reserve(size_t min_bytes) {
-  if (fin_queued_ || state_ == TcpState::kClosed) {
-    scratch_.resize(std::max(min_bytes, scratch_.size()));
-    return {scratch_.data(), scratch_.size()};
-  }
-  if (tail_ == nullptr || tail_->ref != nullptr || tail_->cap - tail_->end < min_bytes) {
-    size_t cap = std::max(min_bytes, kMinBlock);
-    auto* b = static_cast<OutBlock*>(std::malloc(sizeof(OutBlock) + cap));
-    if (b == nullptr) std::abort();
-    *b = OutBlock{nullptr, nullptr, static_cast<uint32_t>(cap), 0, 0};
-    out_block_bytes_ += cap;
-    append_block(b);
-    update_memory();
-  }
-  return {tail_->data + tail_->end, tail_->cap - tail_->end};
-}
-
-void Tcb::commit(size_t n) {
-  if (fin_queued_ || state_ == TcpState::kClosed || n == 0) return;
-  tail_->end += static_cast<uint32_t>(n);
-  out_bytes_ += n;
-}
-
-void Tcb::write_ref(const char* data, size_t len) {
-  if (fin_queued_ || state_ == TcpState::kClosed || len == 0) return;
-  auto* b = static_cast<OutBlock*>(std::malloc(sizeof(OutBlock)));
-  if (b == nullptr) std::abort();
-  *b = OutBlock{nullptr, data, static_cast<uint32_t>(len), 0, static_cast<uint32_t>(len)};
-  append_block(b);
-  out_bytes_ += len;
-}
-
-void Tcb::flush() { output(); }
 
 void Tcb::consume(size_t n) {
   in_begin_ += n;
@@ -825,8 +752,9 @@ void Tcb::close(Close how) {
   ooo_.clear();
   ooo_bytes_ = 0;
   update_memory();
-  // net::Stream: kAbort resets only a connection with unread input; otherwise what was not sent yet is
-  // dropped and a FIN follows what was (as the kernel backend and Linux's close() do).
+  // net::Stream: kAbort resets only a connection with unread input; otherwise the pending output (not taken
+  // by the send buffer) is dropped and a FIN follows what was taken (as the kernel backend drops what it has
+  // not handed to the kernel, whose close() still sends its socket buffer).
   if ((how == Close::kAbort && unread) || state_ == TcpState::kSynSent || state_ == TcpState::kSynReceived) {
     send_rst(snd_nxt_);
     terminate(0);

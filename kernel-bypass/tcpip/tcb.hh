@@ -1,10 +1,13 @@
 // One TCP connection (RFC 9293 transmission control block) and its net::Stream face.
 //
-// Send side: the Stream's output chain IS the send buffer and the retransmission queue: committed bytes
-// (owned blocks, or caller-owned write_ref blocks) stay in the chain until acknowledged, and each segment
-// copies its payload straight from the chain into the frame buffer (one copy, no per-segment allocation).
-// In flight ≤ min(cwnd, peer window, send_window_bytes). Callers pace themselves with set_low_water /
-// on_writable exactly as with the kernel backend; pending_output() is the unacknowledged byte count.
+// Send side (tcb_send_buffer.cc): like a kernel socket, the TCB takes the application's output into its own
+// send buffer — owned blocks, which are also the retransmission queue — up to send_buffer_bytes
+// (TcpConfig, the SO_SNDBUF analogue): committed bytes stay where reserve() put them, write_ref bytes are
+// copied, so the caller's buffer is free at once. Output beyond the limit waits in order (write_ref blocks by
+// reference) and is taken as ACKs free room. pending_output() is the output not taken yet (waiting bytes, plus
+// any committed overshoot of the limit); on_writable fires when an ACK lets it drop to the low-water mark.
+// Each segment copies its payload from the send buffer into the frame buffer (found through a cursor, no
+// per-segment allocation). In flight ≤ min(cwnd, peer window, send_window_bytes).
 // Receive side: in-order bytes in a contiguous input buffer (Stream::input), out-of-order segments in a
 // sorted list; both together never exceed recv_buffer_bytes, which is what the advertised window says.
 // The right window edge never moves left (RFC 9293 §3.8.6.2.2 / MUST-34).
@@ -92,6 +95,9 @@ class Tcb final : public net::Stream {
   bool timestamps() const { return ts_ok_; }
   uint32_t ts_recent() const { return ts_recent_; }
   size_t buffer_bytes() const { return in_cap_ + out_block_bytes_; }
+  /// Send buffer: bytes the TCB owns (unacknowledged, sent or not), and bytes still waiting to be taken.
+  size_t send_buffered() const { return buffered_; }
+  size_t send_waiting() const { return wait_bytes_; }
   /// Out-of-order payload bytes held, and the number of (non-overlapping) queued ranges.
   size_t ooo_bytes() const { return ooo_bytes_; }
   size_t ooo_segments() const { return ooo_.size(); }
@@ -117,7 +123,7 @@ class Tcb final : public net::Stream {
   void commit(size_t n) override;
   void write_ref(const char* data, size_t len) override;
   void flush() override;
-  size_t pending_output() const override { return out_bytes_; }
+  size_t pending_output() const override;
   void set_low_water(size_t bytes) override { low_water_ = bytes; }
   void close(Close how) override;
   const sockaddr* peer() const override { return reinterpret_cast<const sockaddr*>(&peer_addr_); }
@@ -191,10 +197,20 @@ class Tcb final : public net::Stream {
   uint32_t ts_now() const;
   void arm_retransmit();
   void rtt_sample(uint64_t rtt_ms);
-  size_t copy_out(size_t offset, uint8_t* dst, size_t len) const;
+  // Send buffer (tcb_send_buffer.cc).
+  /// Copies `len` bytes from `offset` octets past data_seq_ out of the send buffer; returns the count.
+  size_t copy_out(size_t offset, uint8_t* dst, size_t len);
   void drop_acked(size_t n);
-  /// close(kAbort) without unread input: drops the output never sent (the chain keeps SND.MAX - data_seq_
-  /// bytes, which may still need retransmitting) (tcb_idle.cc).
+  /// Appends `n` bytes to the send buffer's owned blocks (buffered_ grows by n).
+  void copy_in(const char* src, size_t n);
+  /// Moves waiting output into the send buffer while it is under send_buffer_bytes; returns bytes taken.
+  size_t take();
+  OutBlock* new_block(size_t cap);
+  /// Frees the spare blocks (idle release, TIME-WAIT, destruction).
+  void free_spares();
+  void append_wait(OutBlock* b);
+  /// close(kAbort) without unread input: drops the output not taken (the waiting queue and any overshoot of
+  /// the limit not sent yet); what the send buffer took is still delivered, as by a kernel socket's close().
   void drop_unsent();
   /// Frees every buffer: the output chain, the input buffer, the out-of-order queue, the SACK scoreboard
   /// (idle release, and on entering TIME-WAIT, which needs only the tuple, sequence numbers and timestamps).
@@ -268,11 +284,19 @@ class Tcb final : public net::Stream {
   uint64_t last_challenge_ms_ = 0;
   unsigned challenges_this_second_ = 0;
 
-  // Output chain.
+  // Output: the send buffer (owned blocks from data_seq_ on), then the waiting queue (not taken yet).
   OutBlock* head_ = nullptr;
   OutBlock* tail_ = nullptr;
-  size_t out_bytes_ = 0;         // committed, not acknowledged
-  size_t out_block_bytes_ = 0;   // capacity of owned blocks (memory accounting)
+  OutBlock* wait_head_ = nullptr;
+  OutBlock* wait_tail_ = nullptr;
+  size_t out_bytes_ = 0;         // committed, not acknowledged (buffered_ + wait_bytes_)
+  size_t buffered_ = 0;          // in the send buffer
+  size_t wait_bytes_ = 0;        // in the waiting queue
+  size_t out_block_bytes_ = 0;   // capacity of owned blocks in both (memory accounting)
+  OutBlock* spare_ = nullptr;      // acknowledged copy blocks kept for reuse (linked by next)
+  unsigned spare_count_ = 0;
+  OutBlock* cur_block_ = nullptr;  // copy_out's cursor: the block last read, and the sequence number of its
+  SeqNum cur_base_;                // data[0] (owned blocks never move their bytes)
   size_t low_water_ = 0;
 
   // Input.

@@ -61,11 +61,12 @@ void Tcb::on_idle_timer(TimerKind k) {
   }
   // kRelease: only a connection with nothing unacknowledged and no unread input gives its buffers back.
   if (out_bytes_ != 0 || in_end_ != in_begin_) return;
-  if (head_ != nullptr && head_ == tail_ && head_->ref == nullptr && head_->end == 0) {
+  if (head_ != nullptr && head_ == tail_ && head_->end == 0) {
     out_block_bytes_ -= head_->cap;
     std::free(head_);
-    head_ = tail_ = nullptr;
+    head_ = tail_ = cur_block_ = nullptr;
   }
+  free_spares();
   std::free(in_buf_);
   in_buf_ = nullptr;
   in_cap_ = in_begin_ = in_end_ = 0;
@@ -73,14 +74,17 @@ void Tcb::on_idle_timer(TimerKind k) {
 }
 
 void Tcb::free_buffers() {
-  while (head_ != nullptr) {
-    OutBlock* next = head_->next;
-    std::free(head_);
-    head_ = next;
+  for (OutBlock* b : {head_, wait_head_}) {
+    while (b != nullptr) {
+      OutBlock* next = b->next;
+      std::free(b);
+      b = next;
+    }
   }
-  tail_ = nullptr;
+  head_ = tail_ = wait_head_ = wait_tail_ = cur_block_ = nullptr;
+  free_spares();
   out_block_bytes_ = 0;
-  out_bytes_ = 0;
+  out_bytes_ = buffered_ = wait_bytes_ = 0;
   std::free(in_buf_);
   in_buf_ = nullptr;
   in_cap_ = in_begin_ = in_end_ = 0;
@@ -123,31 +127,6 @@ void Tcb::on_keepalive_timer() {
   ++stack_.stats_.keepalive_probes;
   ++ka_unanswered_;
   arm(keepalive_timer_, ka_interval_ms_);
-}
-
-void Tcb::drop_unsent() {
-  size_t keep = snd_max_ > data_seq_ ? std::min<size_t>(snd_max_ - data_seq_, out_bytes_) : 0;
-  size_t seen = 0;
-  OutBlock* last = nullptr;
-  for (OutBlock* b = head_; b != nullptr;) {
-    size_t n = b->end - b->begin;
-    if (seen < keep || (b == head_ && keep == 0)) {  // kept (the head block stays for reuse)
-      if (seen + n > keep) b->end = b->begin + static_cast<uint32_t>(keep - seen);
-      seen += b->end - b->begin;
-      last = b;
-      b = b->next;
-      continue;
-    }
-    OutBlock* next = b->next;
-    if (b->ref == nullptr) out_block_bytes_ -= b->cap;
-    std::free(b);
-    b = next;
-  }
-  if (last != nullptr) last->next = nullptr;
-  head_ = last != nullptr ? head_ : nullptr;
-  tail_ = last;
-  out_bytes_ = keep;
-  update_memory();
 }
 
 size_t Tcb::memory_bytes() const {

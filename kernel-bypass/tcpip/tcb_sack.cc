@@ -151,7 +151,7 @@ void Tcb::sack_ack(const TcpSegment& seg, bool advanced, uint32_t acked, bool du
 void Tcb::sack_retransmit(SeqNum seq, uint32_t len) {
   if (seq < data_seq_) return;
   size_t off = static_cast<size_t>(seq - data_seq_);
-  size_t data = off < out_bytes_ ? std::min<size_t>(len, out_bytes_ - off) : 0;
+  size_t data = off < buffered_ ? std::min<size_t>(len, buffered_ - off) : 0;
   bool fin = fin_sent_ && seq + static_cast<uint32_t>(data) == fin_seq() && seq + len > fin_seq();
   if (data == 0 && !fin) return;
   send_segment(seq, data, kAck | (fin ? kFin : 0));

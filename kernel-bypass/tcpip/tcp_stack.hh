@@ -56,6 +56,10 @@ struct TcpConfig {
   uint32_t recv_buffer_bytes = 256 * 1024;   // per connection: in-order + out-of-order bytes held; bounds
                                              // the advertised window
   uint32_t send_window_bytes = 1024 * 1024;  // per connection: cap on bytes in flight (with cwnd and rwnd)
+  uint32_t send_buffer_bytes = 2 * 1024 * 1024;  // per connection: output the TCB takes over from the
+                                                 // application until acknowledged (write_ref bytes are
+                                                 // copied), like a kernel socket's SO_SNDBUF; beyond it
+                                                 // pending_output() grows (tcb.hh "Send side")
   uint64_t rto_initial_ms = 1000;            // RFC 6298 §2.1
   uint64_t rto_min_ms = 200;                 // RFC 6298 §2.4 says 1 s; 200 ms as Linux (TCP_RTO_MIN)
   uint64_t rto_max_ms = 60000;

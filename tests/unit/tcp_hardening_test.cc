@@ -194,9 +194,12 @@ TEST(TcpHardening, AbortWithUnreadInputSendsRst) {
 }
 
 // kAbort drops the output not sent yet: the peer gets a prefix of it, then the FIN right after the last byte
-// that went out (no RST, no sequence gap).
+// that went out (no RST, no sequence gap). What was not taken is pending_output(): with the default 2 MiB
+// send buffer (TcpConfig::send_buffer_bytes) the whole 1 MiB would be taken, so the buffer is 64 KiB here.
 TEST(TcpHardening, AbortDropsUnsentOutputThenFin) {
-  Link link;
+  TcpConfig conf;
+  conf.send_buffer_bytes = 64 * 1024;
+  Link link(conf);
   Sink sink;
   Source source;
   net::Stream* c = connect_kept_open(link, sink, source, kPort);
