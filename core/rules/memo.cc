@@ -1,5 +1,7 @@
 #include "core/rules/memo.hh"
 
+#include "core/rules/shard.hh"
+
 namespace kosoku::rules {
 
 Memo::Memo(uint32_t max_entries) : max_(max_entries), index_(0, Hash{this}, Eq{this}) {}
@@ -29,8 +31,16 @@ void Memo::push_front(uint32_t i) {
 }
 
 Memo::Hit Memo::find(std::string_view host, std::string_view uri, uint64_t version) {
+  return find(host, hash_host(host), uri, version);
+}
+
+void Memo::insert(std::string_view host, std::string_view uri, uint64_t version, bool cache) {
+  insert(host, hash_host(host), uri, version, cache);
+}
+
+Memo::Hit Memo::find(std::string_view host, size_t host_hash, std::string_view uri, uint64_t version) {
   if (max_ == 0) return Hit::kMiss;
-  auto it = index_.find(Key{host, uri});
+  auto it = index_.find(Key{host, host_hash, uri});
   if (it == index_.end()) return Hit::kMiss;
   uint32_t i = *it;
   if (entries_[i].version != version) return Hit::kMiss;
@@ -41,9 +51,9 @@ Memo::Hit Memo::find(std::string_view host, std::string_view uri, uint64_t versi
   return entries_[i].cache ? Hit::kCache : Hit::kNoCache;
 }
 
-void Memo::insert(std::string_view host, std::string_view uri, uint64_t version, bool cache) {
+void Memo::insert(std::string_view host, size_t host_hash, std::string_view uri, uint64_t version, bool cache) {
   if (max_ == 0) return;
-  auto it = index_.find(Key{host, uri});
+  auto it = index_.find(Key{host, host_hash, uri});
   uint32_t i;
   if (it != index_.end()) {
     i = *it;
@@ -55,6 +65,7 @@ void Memo::insert(std::string_view host, std::string_view uri, uint64_t version,
     e.key.reserve(host.size() + uri.size());
     e.key.assign(host).append(uri);
     e.host_len = static_cast<uint32_t>(host.size());
+    e.host_hash = host_hash;
     index_.insert(i);
   } else {
     i = tail_;
@@ -63,6 +74,7 @@ void Memo::insert(std::string_view host, std::string_view uri, uint64_t version,
     Entry& e = entries_[i];
     e.key.assign(host).append(uri);  // reuses the capacity
     e.host_len = static_cast<uint32_t>(host.size());
+    e.host_hash = host_hash;
     index_.insert(i);
     ++evictions_;
   }

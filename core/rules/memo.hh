@@ -9,6 +9,8 @@
 // Storage: a vector of entries (key = host bytes followed by uri bytes in one std::string whose capacity is
 // reused when the entry is recycled: no allocation once warm) with an intrusive LRU list, and an
 // absl::flat_hash_set of 32-bit entry indexes (hash and equality read the entry: ~5 bytes per slot).
+// The key's hash mixes the host's hash_host() (the caller has it already: the shard lookup needs it, and the
+// entry keeps it) with the uri's, so a probe hashes the uri only.
 #pragma once
 
 #include <cstdint>
@@ -30,10 +32,13 @@ class Memo {
   Memo(const Memo&) = delete;
   Memo& operator=(const Memo&) = delete;
 
-  /// The remembered decision for (host, uri) computed from shard `version`, else kMiss. A hit becomes the
-  /// most recently used entry. No allocation.
-  Hit find(std::string_view host, std::string_view uri, uint64_t version);
+  /// The remembered decision for (host, uri) computed from shard `version`, else kMiss. `host_hash` =
+  /// hash_host(host). A hit becomes the most recently used entry. No allocation.
+  Hit find(std::string_view host, size_t host_hash, std::string_view uri, uint64_t version);
   /// Remembers a decision, evicting the least recently used entry when full.
+  void insert(std::string_view host, size_t host_hash, std::string_view uri, uint64_t version, bool cache);
+  /// The same, hashing the host here.
+  Hit find(std::string_view host, std::string_view uri, uint64_t version);
   void insert(std::string_view host, std::string_view uri, uint64_t version, bool cache);
 
   size_t size() const { return index_.size(); }
@@ -45,6 +50,7 @@ class Memo {
   struct Entry {
     std::string key;  // host then uri
     uint32_t host_len = 0;
+    size_t host_hash = 0;
     uint32_t prev = kNil;
     uint32_t next = kNil;
     uint64_t version = 0;
@@ -52,20 +58,20 @@ class Memo {
   };
   struct Key {
     std::string_view host;
+    size_t host_hash;
     std::string_view uri;
   };
-  static size_t hash_key(std::string_view host, std::string_view uri) {
-    return absl::Hash<std::pair<std::string_view, std::string_view>>{}({host, uri});
+  static size_t hash_key(size_t host_hash, std::string_view uri) {
+    return absl::Hash<std::pair<size_t, std::string_view>>{}({host_hash, uri});
   }
   struct Hash {
     using is_transparent = void;
     const Memo* m;
     size_t operator()(uint32_t i) const {
       const Entry& e = m->entries_[i];
-      std::string_view k = e.key;
-      return hash_key(k.substr(0, e.host_len), k.substr(e.host_len));
+      return hash_key(e.host_hash, std::string_view(e.key).substr(e.host_len));
     }
-    size_t operator()(const Key& k) const { return hash_key(k.host, k.uri); }
+    size_t operator()(const Key& k) const { return hash_key(k.host_hash, k.uri); }
   };
   struct Eq {
     using is_transparent = void;
@@ -76,7 +82,7 @@ class Memo {
   };
   bool matches(uint32_t i, const Key& k) const {
     const Entry& e = entries_[i];
-    return e.host_len == k.host.size() && e.key.size() == k.host.size() + k.uri.size() &&
+    return e.host_hash == k.host_hash && e.host_len == k.host.size() && e.key.size() == k.host.size() + k.uri.size() &&
            std::string_view(e.key).substr(0, e.host_len) == k.host &&
            std::string_view(e.key).substr(e.host_len) == k.uri;
   }

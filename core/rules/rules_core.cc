@@ -56,19 +56,24 @@ bool RulesCore::decide(std::string_view host, std::string_view uri) {
   ++counters_.decisions;
   const bool fallback = store_.conf().default_cache;
   std::string_view h = normalize_host(host, host_scratch_);
-  size_t hash = hash_host(h);
+  const size_t hash = hash_host(h);
   const Shard* shard = store_.set().shard(hash);
-  std::optional<HostRules> rec;
-  if (shard != nullptr && !h.empty()) rec = shard->find(h, hash);
-  if (!rec) {
+  if (shard == nullptr || h.empty()) {
     ++counters_.no_rules;
     return fallback;
   }
+  // The memo first: an entry exists only for a host that had rules in this very shard version (versions are
+  // never reused), so a hit needs no probe of the shard and no decoding of the host's record.
   const uint64_t version = shard->version();
-  Memo::Hit hit = memo_.find(h, uri, version);
+  Memo::Hit hit = memo_.find(h, hash, uri, version);
   if (hit != Memo::Hit::kMiss) {
     ++counters_.memo_hits;
     return hit == Memo::Hit::kCache;
+  }
+  std::optional<HostRules> rec = shard->find(h, hash);
+  if (!rec) {
+    ++counters_.no_rules;
+    return fallback;
   }
   ++counters_.memo_misses;
   CompiledCache::Result cs = compiled_.get(*rec, version, now_ms_, &error_);
@@ -87,7 +92,7 @@ bool RulesCore::decide(std::string_view host, std::string_view uri) {
     ++counters_.match_oom;
     return false;
   }
-  memo_.insert(h, uri, version, cache);
+  memo_.insert(h, hash, uri, version, cache);
   return cache;
 }
 
@@ -129,8 +134,20 @@ void RulesCore::answer_waiters() {
   }
 }
 
+std::string_view RulesCore::cache_rule(const http::Exchange& ex) {
+  const std::string_view host = ex.host();
+  const std::string_view uri = ex.uri();
+  const uint64_t conn = ex.connection_id();
+  const uint64_t n = ex.connection_requests();
+  const LastRequest& l = last_;
+  const bool same = l.ex == &ex && l.connection == conn && l.request == n && l.host.data() == host.data() &&
+                    l.host.size() == host.size() && l.uri.data() == uri.data() && l.uri.size() == uri.size();
+  if (!same) last_ = LastRequest{&ex, conn, n, host, uri, decide(host, uri)};
+  return last_.cache ? "" : "1";
+}
+
 std::string_view cache_rule_value(const http::Exchange& ex) {
-  if (RulesCore* c = RulesCore::current()) return c->cache_rule(ex.host(), ex.uri());
+  if (RulesCore* c = RulesCore::current()) return c->cache_rule(ex);
   const config::MainConf* conf = ex.core().conf;
   bool cache = conf == nullptr || conf->http.rules.default_cache;
   return cache ? "" : "1";

@@ -50,6 +50,10 @@ class RulesCore final : public reactor::Poller, public reactor::Timer {
   bool decide(std::string_view host, std::string_view uri);
   /// `$cache_rule`: "1" when the request must not be cached, "" otherwise.
   std::string_view cache_rule(std::string_view host, std::string_view uri) { return decide(host, uri) ? "" : "1"; }
+  /// `$cache_rule` for a request, decided once per request: proxy_cache_bypass, proxy_no_cache and
+  /// add_header all read it, and the later reads of the same request (same exchange, connection and request
+  /// number, same $host and $uri views) reuse the first answer.
+  std::string_view cache_rule(const http::Exchange& ex);
 
   bool poll() override;
   void fire() override;
@@ -90,6 +94,16 @@ class RulesCore final : public reactor::Poller, public reactor::Timer {
   Memo memo_;
   CompiledCache compiled_;
   std::string host_scratch_;
+  // The last request's answer (cache_rule(ex)).
+  struct LastRequest {
+    const http::Exchange* ex = nullptr;
+    uint64_t connection = 0;
+    uint64_t request = 0;
+    std::string_view host;
+    std::string_view uri;
+    bool cache = false;
+  };
+  LastRequest last_;
   std::string error_;
   uint64_t now_ms_ = 0;
   uint64_t last_log_ms_ = 0;
