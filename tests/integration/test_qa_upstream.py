@@ -6,10 +6,13 @@ with the group's name in $upstream_addr, and no connect() is attempted. (nginx 1
 recovery"; nginx 1.22, Debian 12's, does not: checked with SUT=nginx.)
 
 The real server binary, one worker (failure counts are per worker), two refused ports as the group's servers,
-max_fails=1 fail_timeout=30s; the access log shows which servers each request tried.
+max_fails=1 fail_timeout=30s; the access log shows which servers each request tried. The second test gives the
+cost: with servers that do not answer SYNs, kosoku makes every other request wait proxy_connect_timeout per server
+(2 s here, 2 min with the 60 s default and two servers) where nginx answers 502 at once.
 """
 from __future__ import annotations
 
+import socket
 import time
 from pathlib import Path
 
@@ -67,3 +70,58 @@ def test_all_failed_group_stays_unavailable_for_fail_timeout(tmp_path):
         assert log.count("connect() failed") == 2, log
     finally:
         assert srv.stop() == 0
+
+
+def _unanswering_listeners(n: int) -> tuple[list[socket.socket], list[socket.socket]]:
+    """n listening sockets whose accept queue (backlog 0) is full: the kernel drops further SYNs, so a connect()
+    to them times out, like a server that is down without a RST."""
+    holes, fillers = [], []
+    for _ in range(n):
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        s.listen(0)
+        holes.append(s)
+        for _ in range(3):
+            c = socket.socket()
+            c.setblocking(False)
+            try:
+                c.connect(s.getsockname())
+            except BlockingIOError:
+                pass
+            fillers.append(c)
+    time.sleep(0.2)
+    return holes, fillers
+
+
+@pytest.mark.xfail(sut.SUT == "kosoku", strict=True,
+                   reason="Balancer::next_rr resets the fail counts after 'no live upstreams': every other request "
+                          "waits proxy_connect_timeout on each dead server again")
+def test_dead_group_fails_fast_within_fail_timeout(tmp_path):
+    holes, fillers = _unanswering_listeners(2)
+    port = sut.free_port()
+    servers = " ".join(f"server 127.0.0.1:{h.getsockname()[1]} max_fails=1 fail_timeout=30s;" for h in holes)
+    body = f"""
+    upstream g {{ {servers} }}
+    server {{
+        listen 127.0.0.1:{port};
+        proxy_connect_timeout 1s;
+        location / {{ proxy_pass http://g; }}
+    }}
+"""
+    srv = sut.ServerProcess(sut.SUT, tmp_path / "srv", body, [port], workers=1).start()
+    try:
+        took = []
+        with sut.Conn(port, timeout=20) as c:
+            for i in range(5):
+                t0 = time.monotonic()
+                c.send(f"GET /t{i} HTTP/1.1\r\nHost: qa.example.com\r\n\r\n".encode())
+                r = c.read_response(timeout=20)
+                took.append(round(time.monotonic() - t0, 2))
+                assert r is not None, took
+                assert r.status == (504 if i == 0 else 502), (i, r.status, took)
+        assert took[0] >= 1.9, took  # both servers timed out once (1 s each) ...
+        assert all(t < 0.5 for t in took[1:]), took  # ... then 502 at once for fail_timeout
+    finally:
+        assert srv.stop() == 0
+        for s in holes + fillers:
+            s.close()
