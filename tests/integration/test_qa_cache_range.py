@@ -1,17 +1,19 @@
-"""QA: a proxy-cache MISS must commit the entry before the client has the whole response, so that the request
-that follows it is a HIT (test_cache.py::test_entry_is_committed_before_the_miss_response_ends states it for
-bodies up to 29 KB; nginx renames the temp file before it finalizes the request).
+"""QA: a large proxy-cache MISS from a fast origin must still be stored, so that the request that follows it is a
+HIT (as test_cache.py::test_entry_is_committed_before_the_miss_response_ends states for bodies up to 29 KB, and
+as nginx 1.22 does at every size: it slows its upstream reads down to its temp-file writes).
 
-Found broken for large bodies: the client receives the last body bytes while the store has not committed yet,
-so the next request — sent as soon as the response is complete by its Content-Length — is a second MISS that
-fetches the whole body from the origin again. Measured on this 2-vCPU host (load 8-9, one worker, no
-proxy_cache_lock): whole 16 MiB body 3/10 second requests went to the origin, 32 MiB 0-8/10, 1 MiB 0/10;
-nginx 1.22 with the same config 0/10 at every size. With a Range on the MISS whose last range ends at the last
-byte ("bytes=-100", "N-"), kosoku's 206 ends exactly when the fill does and the second request is a MISS
-every time at 8 MiB.
+Found broken: core/cache/cache_store.cc StoreWriter::append abandons the entry as soon as more than kMaxPending
+(4 MiB) is waiting to be written ("cache "...": not storing "...": the disk is slower than the origin (105: No
+buffer space available)" in the error log) instead of holding the origin back. The client gets its response,
+but nothing is cached, and the next request fetches the whole body from the origin again. Measured on this
+2-vCPU host (load 3-9, one worker, no proxy_cache_lock, loopback origin): whole 16 MiB bodies 2-3/10 follow-up
+requests went to the origin, 32 MiB 0-8/10, a Range MISS (bytes=-100) of an 8 MiB body 5/10, of a 32 or 64 MiB
+body 10/10; 1-2 MiB 0/10; nginx with the same config 0/10 (whole bodies of 1-16 MiB). Whole bodies depend on how far the disk
+writes fall behind a fast client (too variable for a strict xfail); the Range MISS of 32 MiB, where the client
+takes only 100 bytes, is the deterministic case tested here.
 
 The real server binary (one worker) in front of test_cache.py's scripted origin, which counts requests per
-path; proxy_cache_lock is off (the default), so nothing hides the race.
+path; proxy_cache_lock is off (the default).
 """
 from __future__ import annotations
 
@@ -27,8 +29,7 @@ import test_cache as tc
 pytestmark = pytest.mark.skipif(sut.SUT != "kosoku", reason="kosoku answers ranges on a MISS (nginx sends 200)")
 
 SMALL = random.Random(11).randbytes(1 << 20)
-LARGE = random.Random(12).randbytes(16 << 20)
-RANGED = random.Random(13).randbytes(8 << 20)
+RANGED = random.Random(13).randbytes(32 << 20)
 
 
 @pytest.fixture(scope="module")
@@ -55,30 +56,26 @@ def qa(tmp_path_factory):
 
 
 def _miss_then_hit(qa, body: bytes, tries: int, first_headers=()) -> None:
-    port, origin, _ = qa
+    port, origin, srv = qa
     for i in range(tries):
         p = f"/q{len(body)}-{i}-{random.randrange(10**9)}"
         origin.route(p, tc.fixed(body))
         r = tc.get(port, p, headers=list(first_headers))
         assert tc.status(r) == "MISS", r
         r = tc.get(port, p)
-        assert (r.status, tc.status(r), r.body == body, origin.count(p)) == (200, "HIT", True, 1), i
+        not_stored = [ln for ln in srv.error_log().splitlines() if "not storing" in ln and p in ln]
+        assert (r.status, tc.status(r), r.body == body, origin.count(p)) == (200, "HIT", True, 1), (i, not_stored)
 
 
 def test_whole_body_miss_then_hit_1m(qa):
-    """The reference that holds: a 1 MiB MISS is committed before its response ends."""
+    """The reference that holds: a 1 MiB MISS is stored and the next request is a HIT."""
     _miss_then_hit(qa, SMALL, 5)
 
 
-@pytest.mark.xfail(strict=True, reason="core/cache/cache_handler.cc: the client gets the last body bytes before "
-                                       "the StoreWriter commits; a 16 MiB MISS is followed by a second MISS")
-def test_whole_body_miss_then_hit_16m(qa):
-    _miss_then_hit(qa, LARGE, 20)
-
-
-@pytest.mark.xfail(strict=True, reason="core/cache/cache_handler.cc: with a Range on a MISS (PassView::kRanges) the "
-                                       "last range's bytes reach the client before the store commits, so the next "
-                                       "request is a MISS and fetches the whole body from the origin again")
-@pytest.mark.parametrize("rng", ["bytes=-100", "bytes=0-9,8388500-"])
-def test_range_miss_ending_at_the_last_byte_then_hit(qa, rng):
-    _miss_then_hit(qa, RANGED, 5, first_headers=[("Range", rng)])
+@pytest.mark.xfail(strict=True, reason="core/cache/cache_store.cc StoreWriter::append gives the entry up when more "
+                                       "than 4 MiB wait for the disk ('the disk is slower than the origin') instead "
+                                       "of slowing the origin down: a Range MISS of a 32 MiB body is not cached")
+def test_range_miss_then_hit_32m(qa):
+    """A Range MISS passes only 100 bytes on, so nothing but the disk writes could hold the origin back: the
+    purest case (10/10 follow-ups went to the origin, at load 1.7 and at load 8)."""
+    _miss_then_hit(qa, RANGED, 10, first_headers=[("Range", "bytes=-100")])
