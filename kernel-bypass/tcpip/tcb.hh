@@ -14,7 +14,8 @@
 //
 // Close: kGraceful sends what is queued then FIN, discards further input, and reports on_closed once both
 // FINs are acknowledged (TIME_WAIT or CLOSED), or after lingering_time_ms with an RST. kAbort sends RST if
-// input is unread, otherwise drops the output not yet sent and sends a FIN (net::Stream's contract).
+// input is unread, otherwise drops the output the send buffer has not taken (pending_output()) and sends
+// a FIN after the rest (net::Stream's contract).
 // The TCB may outlive on_closed (TIME_WAIT); memory is freed by TcpStack::reap(), never inside a callback.
 //
 // SACK (RFC 2018), when both SYNs carry SACK-permitted: as receiver, every ACK sent while out-of-order data is
