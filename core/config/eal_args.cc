@@ -191,6 +191,16 @@ bool is_pci_address(std::string_view a) {
          df.second[0] <= '7';
 }
 
+// Linux's dev_valid_name (net/core/dev.c) beyond the length (1..15 bytes, IFNAMSIZ - 1): not "." or "..", no
+// '/', ':' or white space.
+bool is_linux_ifname_text(std::string_view n) {
+  if (n == "." || n == "..") return false;
+  for (char c : n) {
+    if (c == '/' || c == ':' || absl::ascii_isspace(static_cast<unsigned char>(c))) return false;
+  }
+  return true;
+}
+
 // key=value[,key=value...] after a device name; false with *why.
 bool check_kvargs(std::string_view device, std::string_view driver, std::span<const std::string_view> kv,
                   std::string* why) {
@@ -200,10 +210,16 @@ bool check_kvargs(std::string_view device, std::string_view driver, std::span<co
       *why = absl::StrCat("device argument \"", item, "\" of ", device, " is not key=value");
       return false;
     }
-    if ((driver == "net_tap" || driver == "net_tun") && (p.first == "iface" || p.first == "remote") &&
-        (p.second.empty() || p.second.size() > 15)) {
-      *why = absl::StrCat(p.first, "=", p.second, " of ", device, " is not a Linux interface name (1..15 bytes)");
-      return false;
+    if ((driver == "net_tap" || driver == "net_tun") && (p.first == "iface" || p.first == "remote")) {
+      if (p.second.empty() || p.second.size() > 15) {
+        *why = absl::StrCat(p.first, "=", p.second, " of ", device, " is not a Linux interface name (1..15 bytes)");
+        return false;
+      }
+      if (!is_linux_ifname_text(p.second)) {
+        *why = absl::StrCat(p.first, "=", p.second, " of ", device,
+                            " is not a Linux interface name (not \".\" or \"..\", no '/', ':' or white space)");
+        return false;
+      }
     }
   }
   return true;

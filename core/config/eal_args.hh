@@ -13,7 +13,8 @@
 //     rte_thread_register) must fit in kMaxLcores;
 //   - --vdev=NAME[,key=value...]: NAME starts with a driver kosoku links (net_tap, net_tun, net_af_packet,
 //     net_memif, net_ring, net_null, net_virtio_user and their eth_ aliases), keys are non-empty; net_tap and
-//     net_tun's iface= is a Linux interface name (1..15 bytes);
+//     net_tun's iface= and remote= are Linux interface names (1..15 bytes, not "." or "..", no '/', ':' or
+//     white space: dev_valid_name);
 //   - -a/-b/--allow/--block PCI[,key=value...]: a PCI address DDDD:BB:DD.F or BB:DD.F (hex);
 //   - -m/-n/-r, --socket-mem/--socket-limit: decimal numbers (comma-separated for the socket ones);
 //     --proc-type primary|secondary|auto; --iova-mode pa|va|dc.
