@@ -3,8 +3,11 @@
 gaps > 0.5 ms between the server's data segments, with the bytes sent and still unacknowledged (as seen by the
 capture) when each began, and the distribution of gaps between the client's ACKs."""
 import re
+import signal
 import subprocess
 import sys
+
+signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # quiet under `| head`
 
 txt = subprocess.run(["tcpdump","-r",sys.argv[1],"-nn","-tt","-S"],capture_output=True,text=True).stdout.splitlines()
 srv = sys.argv[2] if len(sys.argv) > 2 else "10.93.53.2.8080"
