@@ -307,6 +307,13 @@ int affinity_cpus() {
   return CPU_COUNT(&set);
 }
 
+// EAL's default lcore set (no -l/-c/--lcores): the CPUs this process may run on.
+bool in_affinity(uint32_t cpu) {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return cpu == 0;
+  return cpu < CPU_SETSIZE && CPU_ISSET(cpu, &set);
+}
+
 }  // namespace
 
 std::optional<EalArgError> check_eal_args(std::span<const std::string> args, int worker_processes) {
@@ -314,6 +321,8 @@ std::optional<EalArgError> check_eal_args(std::span<const std::string> args, int
   bool lcores_given = false;
   size_t lcores_arg = 0;
   std::string_view lcores_opt;
+  std::optional<uint32_t> main_lcore;  // --main-lcore, checked against the lcore set at the end
+  size_t main_arg = 0;
   for (size_t i = 0; i < args.size(); ++i) {
     std::string_view a = args[i];
     const Option* opt = nullptr;
@@ -356,6 +365,11 @@ std::optional<EalArgError> check_eal_args(std::span<const std::string> args, int
     if (!check_value(opt->check, *value, counts ? &lcores : &scratch, &why)) {
       return EalArgError{at, absl::StrCat("invalid value of EAL option \"", shown, "\": ", why)};
     }
+    if (opt->check == Check::kLcore && opt->name == "main-lcore") {
+      uint32_t id = 0;
+      if (absl::SimpleAtoi(*value, &id)) main_lcore = id;
+      main_arg = at;
+    }
     if (counts) {
       if (lcores_given) {
         return EalArgError{i, absl::StrCat("EAL option \"", shown, "\" repeats the lcores \"", lcores_opt,
@@ -365,6 +379,13 @@ std::optional<EalArgError> check_eal_args(std::span<const std::string> args, int
       lcores_arg = at;
       lcores_opt = shown;
     }
+  }
+  // EAL refuses a main lcore outside its lcore set ("Main lcore is not enabled for DPDK").
+  if (main_lcore && (lcores_given ? !lcores.test(*main_lcore) : !in_affinity(*main_lcore))) {
+    return EalArgError{main_arg, absl::StrCat("--main-lcore ", *main_lcore, " is not one of the EAL lcores (",
+                                              lcores_given ? absl::StrCat("set by \"", lcores_opt, "\"")
+                                                           : std::string("the CPUs kosoku may run on"),
+                                              "): EAL refuses it")};
   }
   int eal_lcores = lcores_given ? static_cast<int>(lcores.count()) : affinity_cpus();
   if (eal_lcores + worker_processes > kMaxLcores) {

@@ -10,7 +10,8 @@
 //   - -l LIST: comma-separated lcore ids and ranges "0-3,5"; -c MASK: hex ("0x3" or "3"); --lcores: digits
 //     , - @ ( ) with balanced parentheses; every lcore id < kMaxLcores (RTE_MAX_LCORE); -l/-c/--lcores at most
 //     once; the lcores they name plus worker_processes (each worker registers an lcore of its own,
-//     rte_thread_register) must fit in kMaxLcores;
+//     rte_thread_register) must fit in kMaxLcores; --main-lcore must be one of those lcores (without -l/-c/
+//     --lcores: a CPU of the process's affinity), as EAL refuses it otherwise;
 //   - --vdev=NAME[,key=value...]: NAME starts with a driver kosoku links (net_tap, net_tun, net_af_packet,
 //     net_memif, net_ring, net_null, net_virtio_user and their eth_ aliases), keys are non-empty; net_tap and
 //     net_tun's iface= and remote= are Linux interface names (1..15 bytes, not "." or "..", no '/', ':' or
