@@ -705,8 +705,12 @@ bool Tcb::send_next(uint32_t wnd) {
   if (len == 0 && !fin) return false;
   // Sender SWS avoidance (RFC 9293 §3.8.6.2.1): a window-limited runt waits unless it is half the window.
   // With nothing in flight no ACK will come to reopen it, so the runt goes (the override of §3.8.6.2.1).
-  if (len > 0 && len < mss_ && len < avail && len < max_snd_wnd_ / 2 && snd_max_ != snd_una_) return false;
+  // A retransmission is never held back: after an RTO rewind the data "in flight" is the very data to resend,
+  // and waiting for an ACK of it would stall until the connection is aborted.
   bool retransmission = snd_nxt_ < snd_max_;
+  if (len > 0 && len < mss_ && len < avail && len < max_snd_wnd_ / 2 && snd_max_ != snd_una_ && !retransmission) {
+    return false;
+  }
   if (!retransmission && !ts_ok_ && !timing_ && len > 0) {
     timing_ = true;
     timed_seq_ = snd_nxt_;

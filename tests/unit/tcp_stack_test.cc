@@ -160,6 +160,36 @@ TEST(TcpStack, ShrunkWindowIsRespectedBySender) {
   EXPECT_TRUE(t.sink.received == t.source.data);
 }
 
+// Regression (found by the DPDK tap impairment tests): the peer ACKs everything and offers a window below one
+// segment; the sender fills it with a runt (allowed: nothing was in flight) and the ACK of that runt is lost.
+// The RTO must resend the runt. Before the fix the sender SWS check refused it (data "in flight" = the very
+// runt to resend), so every RTO expired without a retransmission until the connection was aborted.
+TEST(TcpStack, WindowLimitedRuntIsRetransmittedWhenItsAckIsLost) {
+  Link link;
+  // From the server's 3rd segment on, every window it advertises is 2 (x 8 with its scale = 16 bytes).
+  link.add_fault({.from = 1, .match = Match::kAny, .nth = 3, .count = 1'000'000, .action = Action::kSetWindow,
+                  .window = 2});
+  int runts = 0;
+  uint64_t blackout_end = 0;
+  bool dropped = false;
+  link.tap = [&](int from, const TcpSegment& seg) {
+    if (from == 0 && !seg.payload.empty() && seg.payload.size() <= 16 && ++runts == 5) {
+      blackout_end = link.clock().ms + 50;  // everything the server sends for 50 ms after the 5th runt is lost
+    }
+    if (from == 1 && link.clock().ms < blackout_end) {
+      dropped = true;
+      return false;
+    }
+    return true;
+  };
+  Transfer t(link, 20 * 1024);  // the first flight (before the 3rd server segment) does not take it all
+  ASSERT_TRUE(t.run());
+  EXPECT_TRUE(dropped);
+  EXPECT_TRUE(t.sink.received == t.source.data);
+  EXPECT_GE(link.tcp(0).stats().rto_expired, 1u);
+  EXPECT_GE(link.tcp(0).stats().retransmits, 1u);
+}
+
 TEST(TcpStack, ZeroWindowIsProbedAndReopens) {
   TcpConfig conf;
   conf.recv_buffer_bytes = 16 * 1024;
