@@ -8,9 +8,9 @@ buffer space available)" in the error log) instead of holding the origin back. T
 but nothing is cached, and the next request fetches the whole body from the origin again. Measured on this
 2-vCPU host (load 3-9, one worker, no proxy_cache_lock, loopback origin): whole 16 MiB bodies 2-3/10 follow-up
 requests went to the origin, 32 MiB 0-8/10, a Range MISS (bytes=-100) of an 8 MiB body 5/10, of a 32 or 64 MiB
-body 10/10; 1-2 MiB 0/10; nginx with the same config 0/10 (whole bodies of 1-16 MiB). Whole bodies depend on how far the disk
-writes fall behind a fast client (too variable for a strict xfail); the Range MISS of 32 MiB, where the client
-takes only 100 bytes, is the deterministic case tested here.
+body 10/10; 1-2 MiB 0/10; nginx with the same config 0/10 (whole bodies of 1-16 MiB). Whole bodies depend on
+how far the disk writes fall behind a fast client (too variable for a strict xfail); the Range MISS of 32 MiB,
+where the client takes only 100 bytes, is the deterministic case tested here.
 
 The real server binary (one worker) in front of test_cache.py's scripted origin, which counts requests per
 path; proxy_cache_lock is off (the default).
