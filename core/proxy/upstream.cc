@@ -168,8 +168,9 @@ int Balancer::next_rr(Attempt& a, uint64_t now_ms, bool backup) {
     a.in_backup = true;
     return next_rr(a, now_ms, true);
   }
-  // All failed: mark them live again for quick recovery (nginx), and report "no live upstreams".
-  for (Peer& p : peers_) p.fails = 0;
+  // All failed: report "no live upstreams" (502) at once. The failure counts stay: each peer is tried again
+  // only after its fail_timeout (nginx >= 1.3.x; the old "mark them all live" reset made every other request
+  // during an outage wait for the connect timeouts of every dead server again).
   a.current = -1;
   return -1;
 }

@@ -32,10 +32,6 @@ def _log_lines(path: Path, n: int, timeout: float = 5.0) -> list[list[str]]:
     return [ln.split("|") for ln in lines]
 
 
-@pytest.mark.xfail(sut.SUT == "kosoku", strict=True,
-                   reason="core/proxy/upstream.cc Balancer::next_rr resets every peer's fails after a 'no live "
-                          "upstreams' answer, so the next request retries all dead servers (nginx 1.0 behaviour; "
-                          "nginx 1.22 keeps them out for fail_timeout)")
 def test_all_failed_group_stays_unavailable_for_fail_timeout(tmp_path):
     dead1, dead2, port = sut.free_ports(3)
     w = tmp_path / "srv"
@@ -93,9 +89,6 @@ def _unanswering_listeners(n: int) -> tuple[list[socket.socket], list[socket.soc
     return holes, fillers
 
 
-@pytest.mark.xfail(sut.SUT == "kosoku", strict=True,
-                   reason="Balancer::next_rr resets the fail counts after 'no live upstreams': every other request "
-                          "waits proxy_connect_timeout on each dead server again")
 def test_dead_group_fails_fast_within_fail_timeout(tmp_path):
     holes, fillers = _unanswering_listeners(2)
     port = sut.free_port()

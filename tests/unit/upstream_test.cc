@@ -194,8 +194,8 @@ TEST(Balancer, SingleServerIgnoresFailuresAndHasNoRetry) {
   EXPECT_EQ(d.next(a, 1000), -1);
 }
 
-TEST(Balancer, AllFailedResetsFailureCounts) {
-  auto conf = load_upstream("server 10.0.0.1; server 10.0.0.2;");
+TEST(Balancer, AllFailedStayOutUntilTheirFailTimeout) {
+  auto conf = load_upstream("server 10.0.0.1; server 10.0.0.2;");  // max_fails=1 fail_timeout=10s
   Balancer b(*conf->http.proxy.upstreams[0]);
   Balancer::Attempt a;
   b.start(a, "", 0);
@@ -205,9 +205,16 @@ TEST(Balancer, AllFailedResetsFailureCounts) {
   }
   EXPECT_EQ(b.peer(0).fails + b.peer(1).fails, 2u);
   EXPECT_EQ(b.next(a, 1000), -1);
-  // nginx marks everything live again for quick recovery.
-  EXPECT_EQ(b.peer(0).fails + b.peer(1).fails, 0u);
-  EXPECT_EQ(sequence(b, 2, 1001).size(), 2u);
+  // nginx >= 1.3.x keeps the counts: the next requests within fail_timeout get "no live upstreams" at once
+  // (the old reset made every other request retry both dead servers).
+  EXPECT_EQ(b.peer(0).fails + b.peer(1).fails, 2u);
+  for (uint64_t now : {1001u, 5000u, 11000u}) {
+    Balancer::Attempt next;
+    b.start(next, "", now);
+    EXPECT_EQ(b.next(next, now), -1) << now;
+  }
+  // After fail_timeout the peers are chosen again (their weights recover step by step, as in nginx).
+  EXPECT_EQ(sequence(b, 4, 11001).find('-'), std::string::npos);
 }
 
 TEST(Balancer, UntryAllowsTheSamePeerAgain) {
