@@ -85,6 +85,9 @@ class BackgroundFill final : public FetchSink {
   void on_fetch_abort() override { end(); }
   void on_fetch_error(int) override { end(); }
   void on_fetch_released() override { end(); }
+  bool fetch_holding(const std::function<void()>& ready) override {
+    return writer_ != nullptr && writer_->backlogged(ready);
+  }
 
  private:
   void end();

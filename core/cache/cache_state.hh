@@ -57,6 +57,9 @@ class CacheState final : public http::ContentState,
   void on_fetch_abort() override;
   void on_fetch_error(int status) override;
   void on_fetch_released() override;
+  bool fetch_holding(const std::function<void()>& ready) override {
+    return writer_ != nullptr && writer_->backlogged(ready);
+  }
   // EntryReader::Callback
   void on_entry_open(EntryReader& r, int error) override;
   void on_entry_data(EntryReader& r, std::string_view data, int error) override;

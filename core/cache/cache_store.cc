@@ -165,8 +165,15 @@ void StoreWriter::append(std::string_view data) {
   run();
 }
 
+bool StoreWriter::backlogged(const std::function<void()>& drained) {
+  if (failed_ || owned_ || pending() <= kHighWater) return false;
+  drained_ = drained;
+  return true;
+}
+
 void StoreWriter::finish(int64_t expected_size) {
   owned_ = true;
+  drained_ = nullptr;
   if (phase_ == Phase::kFinished) {
     maybe_delete();
     return;
@@ -181,6 +188,7 @@ void StoreWriter::finish(int64_t expected_size) {
 
 void StoreWriter::abort() {
   owned_ = true;
+  drained_ = nullptr;
   if (phase_ == Phase::kFinished) {
     maybe_delete();
     return;
@@ -303,7 +311,12 @@ void StoreWriter::run() {
 void StoreWriter::on_disk_done(disk::DiskOp& op) {
   in_flight_ = false;
   on_result(op.result);
+  const bool owned = owned_;
   run();
+  if (owned || !drained_ || (!failed_ && pending() > kLowWater)) return;  // owned: run() may have deleted this
+  std::function<void()> f = std::move(drained_);
+  drained_ = nullptr;
+  f();  // last: the producer may finish() or abort() (and so delete) this writer from here
 }
 
 void StoreWriter::on_result(int32_t res) {

@@ -74,6 +74,8 @@ class StoreWriter final : public disk::DiskCallback {
   /// Bytes buffered while a disk write is in flight; beyond this the writer gives up (the disk is too slow
   /// for this response; the client is not slowed down).
   static constexpr size_t kMaxPending = 4 << 20;
+  static constexpr size_t kHighWater = 2 << 20;  // backlogged() above this many bytes waiting (bytes)
+  static constexpr size_t kLowWater = 512 << 10;  // ... and drained at or below this
   static constexpr size_t kWriteChunk = 256 << 10;
 
   struct Target {
@@ -111,6 +113,11 @@ class StoreWriter final : public disk::DiskCallback {
   size_t pending() const { return pending_.size() + writing_.size(); }
   /// Called after each body write completes (a producer that copies from disk paces itself with it).
   void set_progress(std::function<void()> f) { progress_ = std::move(f); }
+  /// Back-pressure for a producer faster than the disk (an origin on a fast link): true when more than
+  /// kHighWater bytes wait for the disk; the producer should then stop, and `drained` is called once, from a
+  /// later disk completion, when at most kLowWater bytes wait (or the writer failed: appends are then ignored).
+  /// It may finish() or abort() the writer. finish() and abort() drop a pending `drained`.
+  bool backlogged(const std::function<void()>& drained);
 
   void on_disk_done(disk::DiskOp& op) override;
 
@@ -131,6 +138,7 @@ class StoreWriter final : public disk::DiskCallback {
   EntryMeta meta_;
   Done done_;
   std::function<void()> progress_;
+  std::function<void()> drained_;  // backlogged(): the producer's resume call
   std::string final_path_;
   std::string temp_path_;
   std::string header_;

@@ -16,6 +16,7 @@
 // the client's request.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -46,6 +47,9 @@ class FetchSink {
   virtual void on_fetch_error(int status) = 0;
   /// The proxy's release() after an abort: nothing of the fetch is in flight any more.
   virtual void on_fetch_released() = 0;
+  /// Back-pressure: true while the sink's cache writer is too far behind the origin (StoreWriter::backlogged);
+  /// `ready` is called once it has caught up.
+  virtual bool fetch_holding(const std::function<void()>& ready) = 0;
 
  protected:
   ~FetchSink() = default;

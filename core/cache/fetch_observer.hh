@@ -15,6 +15,9 @@ class FetchObserver final : public proxy::UpstreamObserver {
     if (fx_->sink_ != nullptr) fx_->sink_->on_fetch_response(resp);
   }
   void on_data(std::string_view) override {}
+  bool holding(const std::function<void()>& ready) override {
+    return fx_->sink_ != nullptr && fx_->sink_->fetch_holding(ready);
+  }
   void on_end(bool complete) override {
     if (fx_->sink_ != nullptr) fx_->sink_->on_fetch_end(complete);
   }

@@ -181,6 +181,8 @@ class ProxyState final : public http::ContentState,
   bool extra_ = false;          // bytes after the end of the response: the connection is not reusable
   bool head_sent_ = false;      // the client's response head went out
   std::unique_ptr<UpstreamObserver> observer_;
+  std::shared_ptr<ProxyState*> alive_;  // observer back-pressure: its ready call reaches this state while it lives
+  std::function<void()> observer_ready_;
   RefRing ring_;                // proxy_buffers N × SIZE (buffering) or proxy_buffer_size (no buffering)
   size_t busy_limit_ = 0;       // proxy_busy_buffers_size (buffering) or the ring's capacity
   uint64_t out_ = 0;            // client output bytes queued, counted from the start of the request
@@ -598,7 +600,13 @@ void ProxyState::on_response_head() {
   rewrite_redirects(ex_, *conf_, ex_.head());
   if (ProxyHooks* hooks = mod_.hooks()) {
     observer_ = hooks->observe(ex_, resp_);
-    if (observer_ != nullptr) observer_->on_head(resp_);
+    if (observer_ != nullptr) {
+      alive_ = std::make_shared<ProxyState*>(this);
+      observer_ready_ = [alive = std::weak_ptr<ProxyState*>(alive_)] {
+        if (std::shared_ptr<ProxyState*> p = alive.lock()) (*p)->on_writable();  // pumps again in kBody
+      };
+      observer_->on_head(resp_);
+    }
   }
   phase_ = Phase::kBody;
   remaining_ = resp_.framing == http::ResponseFraming::kContentLength ? resp_.content_length : 0;
@@ -643,7 +651,8 @@ void ProxyState::pump() {
       return;
     }
     const size_t space = ring_.free();
-    if (space == 0) {
+    const bool held = observer_ != nullptr && observer_->holding(observer_ready_);  // the cache's disk is behind
+    if (space == 0 || held) {
       if (!up_paused_) {
         up_paused_ = true;
         s.pause_reading();
@@ -860,17 +869,7 @@ void ProxyState::on_upstream_timer() {
 
 }  // namespace
 
-// ---- ProxyModule ----
-
-ProxyModule::ProxyModule(http::HttpServer& server) : server_(server), reactor_(*server.core().reactor) {
-  for (const auto& up : server.core().conf->http.proxy.upstreams) {
-    groups_.push_back(std::make_unique<UpstreamGroup>(*up, reactor_, *server.core().stack));
-  }
-  server.add_content_handler(&ProxyModule::applies, this);
-  reactor_.add_poller(this);
-}
-
-ProxyModule::~ProxyModule() = default;
+// ---- ProxyModule (the per-request part; the module itself is in proxy_module.cc) ----
 
 void ProxyModule::handle(http::Exchange& ex) {
   if (hooks_ != nullptr && hooks_->intercept(ex)) return;
@@ -887,14 +886,6 @@ void ProxyModule::forward(http::Exchange& ex) {
     slot = std::move(fresh);
   }
   st->start();
-}
-
-bool ProxyModule::poll() {
-  if (!shut_down_ && server_.shutting_down()) {
-    shut_down_ = true;
-    for (auto& g : groups_) g->shutdown();
-  }
-  return false;
 }
 
 }  // namespace kosoku::proxy

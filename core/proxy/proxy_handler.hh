@@ -38,6 +38,7 @@
 // whether it ended complete (only a complete response may be stored).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string_view>
 #include <vector>
@@ -60,6 +61,10 @@ class UpstreamObserver {
   virtual void on_head(const http::ParsedResponse& resp) = 0;
   /// Decoded content bytes (de-chunked), in order; valid during the call only.
   virtual void on_data(std::string_view data) = 0;
+  /// Back-pressure (a cache writer behind the origin): true while the observer cannot take more content. The
+  /// proxy then stops reading the upstream, without its read timeout (the origin is not the one waiting),
+  /// until `ready` is called: once, from a later event on the loop (never from inside holding()).
+  virtual bool holding(const std::function<void()>& ready) { return false; }
   /// The end: `complete` only when all content arrived with valid framing; false when it was cut off, timed
   /// out, or the client went away (never store such a response).
   virtual void on_end(bool complete) = 0;
