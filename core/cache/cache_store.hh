@@ -15,8 +15,9 @@
 //
 // Writing (StoreWriter): the response is written to a temp file (CachePath::temp_path_for) and renamed into
 // place only when the origin delivered the WHOLE body (StoreWriter::finish); a response cut off by the origin,
-// an I/O error, a full disk or a writer that falls too far behind the client (more than kMaxPending bytes
-// waiting) abandons the temp file — the response to the client is never affected. Only then the keys zone
+// an I/O error, a full disk or a writer that falls too far behind its producer (more than kMaxPending bytes
+// waiting; the proxy avoids that by pausing the origin while backlogged()) abandons the temp file — the
+// response to the client is never affected. Only then the keys zone
 // learns about the entry (CacheZone::commit) and the lock waiters are woken.
 //
 // Reading (EntryReader): open, read the first kFirstRead bytes (header and the start of the body), check magic,
