@@ -366,7 +366,11 @@ void Tcb::process_ack(const TcpSegment& seg) {
       persist_ms_ = 0;
     }
   }
-  if (sack_ok_) sack_ack(seg, advanced, acked, dup_candidate);
+  if (sack_ok_) {
+    sack_ack(seg, advanced, acked, dup_candidate);
+    // The PTO restarts on an ACK that advances SND.UNA (RFC 8985 §7.2), and is cancelled once recovery starts.
+    if (advanced || (tlp_timer_.armed() && !cc_.may_enter_sack_recovery(snd_una_))) tlp_arm();
+  }
   // Pending output is what the send buffer has not taken: it drops only here (an ACK made room).
   size_t pending = pending_output();
   if (acked_data && handler_ != nullptr && !closing_ && pending < pending_before && pending <= low_water_) {
@@ -541,6 +545,9 @@ void Tcb::on_timer(TimerKind k) {
     case TimerKind::kKeepalive:
     case TimerKind::kRelease:
       on_idle_timer(k);
+      break;
+    case TimerKind::kTlp:
+      on_tlp_timer();
       break;
   }
 }
@@ -723,6 +730,7 @@ bool Tcb::send_next(uint32_t wnd) {
   if (fin) fin_sent_ = true;
   if (snd_nxt_ > snd_max_) snd_max_ = snd_nxt_;
   if (!rtx_timer_.armed()) arm_retransmit();
+  if (sack_ok_ && !retransmission) tlp_arm();  // RFC 8985 §7.2: the PTO restarts after new data
   return true;
 }
 
@@ -795,7 +803,7 @@ void Tcb::enter_time_wait() {
   }
   enter(TcpState::kTimeWait);
   for (TcbTimer* t : {&rtx_timer_, &delack_timer_, &persist_timer_, &linger_timer_, &notify_timer_,
-                      &keepalive_timer_, &release_timer_}) {
+                      &keepalive_timer_, &release_timer_, &tlp_timer_}) {
     if (t->armed()) stack_.timers_.cancel(*t);
   }
   free_buffers();
@@ -818,7 +826,7 @@ void Tcb::terminate(int error) {
   if (state_ == TcpState::kTimeWait) --stack_.stats_.time_wait;
   enter(TcpState::kClosed);
   for (TcbTimer* t : {&rtx_timer_, &delack_timer_, &persist_timer_, &tw_timer_, &linger_timer_, &notify_timer_,
-                      &keepalive_timer_, &release_timer_}) {
+                      &keepalive_timer_, &release_timer_, &tlp_timer_}) {
     if (t->armed()) stack_.timers_.cancel(*t);
   }
   notify_closed(error);

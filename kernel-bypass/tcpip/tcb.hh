@@ -24,6 +24,13 @@
 // recovery (tcb_sack.cc) replace NewReno's dupack inflation; the scoreboard is cleared on an RTO and when
 // the peer is seen to renege (RFC 2018 §8). Data stays in the output chain until cumulatively acknowledged.
 //
+// Tail Loss Probe (RFC 8985 §7, tcb_tlp.cc), with SACK only: while data is outstanding and no recovery
+// (fast or RTO) runs, a probe timeout PTO = 2·SRTT (+ the peer's worst-case delayed ACK when one segment is in
+// flight) runs beside the RTO; on expiry one probe goes out — a new segment if the windows and the send buffer
+// allow, else the highest unacknowledged segment again — once per episode. An ACK that then SACKs the probe
+// shows every hole below it lost (RACK's reasoning: those octets were sent at least a PTO earlier) and
+// starts RFC 6675 recovery, instead of waiting for the RTO.
+//
 // Idle connections (tcb_idle.cc): once everything sent is acknowledged and no input is held for 1 s, the
 // input buffer and the kept output block are freed, so an idle keep-alive connection costs its TCB only.
 // Keep-alive (RFC 9293 §3.8.4, RFC 1122 §4.2.3.6; tcb_idle.cc): off unless set_keepalive() (the
@@ -133,7 +140,7 @@ class Tcb final : public net::Stream {
 
  private:
   enum class TimerKind : uint8_t {
-    kRetransmit, kDelayedAck, kPersist, kTimeWait, kLinger, kNotify, kKeepalive, kRelease,
+    kRetransmit, kDelayedAck, kPersist, kTimeWait, kLinger, kNotify, kKeepalive, kRelease, kTlp,
   };
   struct TcbTimer final : reactor::Timer {
     Tcb* tcb;
@@ -162,6 +169,18 @@ class Tcb final : public net::Stream {
   /// kKeepalive: the keep-alive probe schedule; kRelease: free the buffers of a connection that stayed idle.
   void on_idle_timer(TimerKind k);
   void on_keepalive_timer();
+  // Tail Loss Probe (tcb_tlp.cc, RFC 8985 §7).
+  /// Arms the probe timeout (PTO, §7.2) when a probe is allowed, otherwise cancels it. Called after new data
+  /// is sent and after each ACK.
+  void tlp_arm();
+  /// A probe may be armed or sent: an open state, SACK and TcpConfig::tail_loss_probe on, none sent this
+  /// episode, data outstanding, no recovery running.
+  bool tlp_allowed() const;
+  /// The PTO expired: sends one probe (§7.3) and re-arms the RTO.
+  void on_tlp_timer();
+  /// True when the ACKs of this episode's probe SACKed it with a hole below: the holes are lost (§7.4 with
+  /// RACK's time order), so SACK recovery may start at once.
+  bool tlp_shows_loss() const;
   /// Arms the release timer (kReleaseIdleMs) unless it runs; when it fires with no input held and nothing to
   /// send, the input buffer and the kept output block are freed (they come back on the next byte).
   void arm_release();
@@ -327,6 +346,11 @@ class Tcb final : public net::Stream {
   uint64_t last_heard_ms_ = 0;
   TcbTimer keepalive_timer_{this, TimerKind::kKeepalive};
   TcbTimer release_timer_{this, TimerKind::kRelease};
+  // Tail Loss Probe: one probe per episode; the episode ends when SND.UNA passes tlp_high_ (the data end of
+  // the probe, = SND.MAX when it went).
+  TcbTimer tlp_timer_{this, TimerKind::kTlp};
+  bool tlp_sent_ = false;
+  SeqNum tlp_high_;
   size_t accounted_bytes_ = 0;  // what this TCB added to TcpStats::memory_bytes
 };
 

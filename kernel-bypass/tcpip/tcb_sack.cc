@@ -127,7 +127,8 @@ void Tcb::sack_ack(const TcpSegment& seg, bool advanced, uint32_t acked, bool du
     cc_.count_dupack();
   }
   if (!cc_.in_recovery() && snd_max_ > snd_una_ && cc_.may_enter_sack_recovery(snd_una_) &&
-      (cc_.dupacks() >= SackScoreboard::kDupThresh || sb_.lost_boundary(snd_una_, mss_) > snd_una_)) {
+      (cc_.dupacks() >= SackScoreboard::kDupThresh || sb_.lost_boundary(snd_una_, mss_) > snd_una_ ||
+       tlp_shows_loss())) {
     cc_.enter_sack_recovery(snd_max_ - snd_una_, snd_max_);
     ++stack_.stats_.fast_retransmits;
     ++stack_.stats_.sack_recoveries;

@@ -21,6 +21,7 @@ void append_tcp_metrics(const TcpStack& tcp, const std::vector<std::pair<std::st
   add("dpdk_tcp_fast_retransmits_total", "TCP loss recoveries entered on duplicate ACKs or SACK", kCounter,
       t.fast_retransmits);
   add("dpdk_tcp_rto_expired_total", "TCP retransmission timeouts", kCounter, t.rto_expired);
+  add("dpdk_tcp_tlp_probes_total", "TCP tail loss probes sent (RFC 8985 section 7)", kCounter, t.tlp_probes);
   add("dpdk_tcp_sack_recoveries_total", "TCP RFC 6675 SACK loss recoveries", kCounter, t.sack_recoveries);
   add("dpdk_tcp_sack_reneging_total", "TCP peers seen discarding data they had SACKed", kCounter,
       t.sack_reneging);

@@ -76,6 +76,8 @@ struct TcpConfig {
   bool timestamps = true;
   bool syn_cookies = true;
   bool sack = true;                          // offer/accept SACK-permitted (RFC 2018), RFC 6675 recovery
+  bool tail_loss_probe = false;              // RFC 8985 §7 TLP when SACK is on (Linux tcp_early_retrans);
+                                             // off by default until the RTO-path tests opt out of it
   // Keep-alive (RFC 9293 §3.8.4, RFC 1122 §4.2.3.6), off unless the listening socket says so_keepalive=on;
   // the values a `so_keepalive=on` or an empty field of `so_keepalive=idle:intvl:cnt` uses (Linux defaults).
   uint64_t keepalive_idle_ms = 7'200'000;
@@ -100,6 +102,7 @@ struct TcpStats {
   uint64_t time_wait_reused = 0;  // active opens that took over a TIME-WAIT 4-tuple (tcp_tw_reuse, RFC 6191)
   uint64_t sack_recoveries = 0, sack_blocks_out = 0, sack_reneging = 0;  // RFC 6675 recoveries entered
   uint64_t keepalive_probes = 0, keepalive_timeouts = 0;
+  uint64_t tlp_probes = 0;  // RFC 8985 §7 tail loss probes sent
   uint64_t ephemeral_not_local = 0;  // candidate source ports skipped by connect(): their return traffic
                                      // would be steered to another core (FlowOwner)
   uint64_t memory_bytes = 0;  // gauge: TCBs (TIME_WAIT included) + their buffers, bytes
