@@ -76,8 +76,7 @@ struct TcpConfig {
   bool timestamps = true;
   bool syn_cookies = true;
   bool sack = true;                          // offer/accept SACK-permitted (RFC 2018), RFC 6675 recovery
-  bool tail_loss_probe = false;              // RFC 8985 §7 TLP when SACK is on (Linux tcp_early_retrans);
-                                             // off by default until the RTO-path tests opt out of it
+  bool tail_loss_probe = true;               // RFC 8985 §7 TLP when SACK is on (Linux tcp_early_retrans)
   // Keep-alive (RFC 9293 §3.8.4, RFC 1122 §4.2.3.6), off unless the listening socket says so_keepalive=on;
   // the values a `so_keepalive=on` or an empty field of `so_keepalive=idle:intvl:cnt` uses (Linux defaults).
   uint64_t keepalive_idle_ms = 7'200'000;

@@ -292,9 +292,9 @@ DELAY20 = impair.Profile("delay20ms", delay_ms=20)
 COMBINED = impair.Profile("combined", loss=2, duplicate=2, delay_ms=20, jitter_ms=3, reorder=5)
 PROFILES = [LOSS1, LOSS5, LOSS10, REORDER, DUPLICATE, DELAY20, COMBINED]
 # Files fetched with curl per profile (sha256 each; plus WGET_FILE with wget). kosoku recovers from heavy loss
-# mostly with retransmission timeouts (no tail loss probe / RACK yet): measured on a loaded 2-vCPU host, 5 % loss
-# moves ~0.6-0.9 MB/s, 10 % loss and the 40 ms-RTT combined profile ~0.1-0.2 MB/s (Linux to Linux over the same
-# link: 30, 10 and 0.7 MB/s). Those get the smaller files; the others go up to 32 MiB, loss1 to 100 MiB.
+# still partly with retransmission timeouts (tail loss probe yes, RACK not yet: a lost retransmission waits for
+# the RTO): measured on a loaded 2-vCPU host before TLP, 5 % loss moved ~0.6-0.9 MB/s (with TLP 0.83-1.13), 10 %
+# loss and the 40 ms-RTT combined profile ~0.1-0.2 MB/s (Linux to Linux over the same link: 30, 10 and 0.7 MB/s). Those get the smaller files; the others go up to 32 MiB, loss1 to 100 MiB.
 FILES = {"loss10": ("1k.bin", "1m.bin"), "combined": ("1k.bin", "1m.bin"), "loss5": ("1k.bin", "1m.bin", "8m.bin"),
          "loss1": ("1k.bin", "1m.bin", "8m.bin", "32m.bin", "100m.bin")}
 FILES_DEFAULT = ("1k.bin", "1m.bin", "8m.bin", "32m.bin")

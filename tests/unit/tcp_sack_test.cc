@@ -338,7 +338,9 @@ TEST(TcpSack, RenegingPeerClearsTheScoreboard) {
   // Six client segments; segments 3..5 are lost. A forged ACK from the server's address SACKs segments 3 and
   // 4, which the server never had; the server's real cumulative ACK then stops at segment 3, the start of
   // data it had SACKed: to the sender that is a receiver that dropped SACKed data (reneged, RFC 2018 §8).
-  Link link;
+  TcpConfig no_tlp;
+  no_tlp.tail_loss_probe = false;  // the RTO path (TcpTlp.* cover the probe)
+  Link link(no_tlp);
   SeqNum lost_from;
   bool drop = false;
   link.tap = [&](int from, const TcpSegment& seg) {

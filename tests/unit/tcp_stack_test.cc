@@ -120,7 +120,9 @@ TEST(TcpStack, TwoLossesInOneWindowRecoverWithNewRenoPartialAck) {
 }
 
 TEST(TcpStack, TailLossIsRecoveredByTheRetransmissionTimer) {
-  Link link;
+  TcpConfig no_tlp;
+  no_tlp.tail_loss_probe = false;  // the RTO path (TcpTlp.* cover the probe)
+  Link link(no_tlp);
   // 3000 bytes = 3 segments; the last is dropped, so no duplicate ACKs can follow it.
   link.add_fault({.from = 0, .match = Match::kData, .nth = 3, .action = Action::kDrop});
   Transfer t(link, 3000);
@@ -165,7 +167,9 @@ TEST(TcpStack, ShrunkWindowIsRespectedBySender) {
 // The RTO must resend the runt. Before the fix the sender SWS check refused it (data "in flight" = the very
 // runt to resend), so every RTO expired without a retransmission until the connection was aborted.
 TEST(TcpStack, WindowLimitedRuntIsRetransmittedWhenItsAckIsLost) {
-  Link link;
+  TcpConfig no_tlp;
+  no_tlp.tail_loss_probe = false;  // the RTO path (TcpTlp.* cover the probe)
+  Link link(no_tlp);
   // From the server's 3rd segment on, every window it advertises is 2 (x 8 with its scale = 16 bytes).
   link.add_fault({.from = 1, .match = Match::kAny, .nth = 3, .count = 1'000'000, .action = Action::kSetWindow,
                   .window = 2});
