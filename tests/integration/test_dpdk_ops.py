@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from test_dpdk_tap import _REASON, BIN, PORT, _run
+from test_dpdk_tap import _REASON, BIN, PORT, _run, terminate
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -101,17 +101,11 @@ http {{
         """SIGTERM, then waits; returns the seconds kosoku took to exit (None if it had to be killed)."""
         took = None
         if self.proc is not None and self.proc.poll() is None:
-            t0 = time.monotonic()
             try:
-                os.kill(self.kosoku_pid(), signal.SIGTERM)
-            except (subprocess.CalledProcessError, ProcessLookupError):
-                pass
-            try:
-                self.proc.wait(20)
-                took = time.monotonic() - t0
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+                pid = self.kosoku_pid()
+            except (subprocess.CalledProcessError, IndexError, ValueError):
+                pid = self.proc.pid
+            took = terminate(self.proc, pid)
         subprocess.run(["ip", "netns", "del", self.ns], capture_output=True)
         return took
 

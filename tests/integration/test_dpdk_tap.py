@@ -72,6 +72,24 @@ def _data(size: int, seed: int) -> bytes:
     return random.Random(seed).randbytes(size)
 
 
+def terminate(proc: subprocess.Popen, pid: int, wait_s: float = 20) -> float | None:
+    """SIGTERM to `pid` (kosoku: `proc` itself, or its child when `proc` is a wrapper such as `timeout`), then waits
+    for `proc`; returns the seconds it took to exit, or None when it had to be killed (or had already exited)."""
+    if proc.poll() is not None:
+        return None
+    t0 = time.monotonic()
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        pass
+    try:
+        proc.wait(wait_s)
+        return time.monotonic() - t0
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        return None
+
 class TapRig:
     """kosoku on net_tap with `workers` worker_processes; `server_extra` is added to the server block (e.g.
     locations), `http_extra` to the http block (e.g. upstreams)."""
@@ -208,15 +226,8 @@ http {{
                 self.pcap.wait(5)
             except subprocess.TimeoutExpired:
                 self.pcap.kill()
-        if self.proc is not None and self.proc.poll() is None:
-            t0 = time.monotonic()
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(20)
-                took = time.monotonic() - t0
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        if self.proc is not None:
+            took = terminate(self.proc, self.proc.pid)
         subprocess.run(["ip", "netns", "del", self.ns], capture_output=True)
         if self.link == "af_packet":
             subprocess.run(["ip", "netns", "del", self.kns], capture_output=True)

@@ -24,7 +24,7 @@ using namespace tcp_flag;
 
 constexpr uint16_t kPort = 80;
 
-Tcb& tcb(net::Stream* s) { return *static_cast<Tcb*>(s); }
+using testing::tcb;
 
 /// Sends `len` bytes of `payload` starting at payload offset `off` as client data at server sequence
 /// base + off (a forged segment from side 0, no options).

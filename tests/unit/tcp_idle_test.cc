@@ -19,7 +19,7 @@ using namespace tcp_flag;
 
 constexpr uint16_t kPort = 80;
 
-Tcb& tcb(net::Stream* s) { return *static_cast<Tcb*>(s); }
+using testing::tcb;
 
 // A client (side 0) connects to a listener (side 1) whose socket has the given so_keepalive settings, sends
 // "hello" and stays idle. Every keep-alive probe the server sends is recorded.

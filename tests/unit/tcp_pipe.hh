@@ -16,10 +16,14 @@
 #include "kernel-bypass/tcpip/byte_order.hh"
 #include "kernel-bypass/tcpip/ethernet.hh"
 #include "kernel-bypass/tcpip/interface.hh"
+#include "kernel-bypass/tcpip/tcb.hh"
 #include "kernel-bypass/tcpip/tcp_segment.hh"
 #include "kernel-bypass/tcpip/tcp_stack.hh"
 
 namespace kosoku::tcpip::testing {
+
+/// The TCB behind a stream this stack created (connect_from / an accepted stream).
+inline Tcb& tcb(net::Stream* s) { return *static_cast<Tcb*>(s); }
 
 class SimClock final : public Clock {
  public:

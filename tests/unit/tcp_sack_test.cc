@@ -20,7 +20,7 @@ using namespace tcp_flag;
 
 constexpr uint16_t kPort = 80;
 
-Tcb& tcb(net::Stream* s) { return *static_cast<Tcb*>(s); }
+using testing::tcb;
 SackBlock blk(uint32_t l, uint32_t r) { return SackBlock{SeqNum{l}, SeqNum{r}}; }
 
 // ---------------------------------------------------------------- scoreboard

@@ -22,7 +22,7 @@ using testing::Link, testing::Sink, testing::Source, testing::pattern_bytes;
 
 constexpr uint16_t kPort = 80;
 
-Tcb& tcb(net::Stream* s) { return *static_cast<Tcb*>(s); }
+using testing::tcb;
 
 TcpConfig limited(uint32_t send_buffer, uint32_t send_window) {
   TcpConfig c;

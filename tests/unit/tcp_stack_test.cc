@@ -21,7 +21,7 @@ using namespace tcp_flag;
 
 constexpr uint16_t kPort = 80;
 
-Tcb& tcb(net::Stream* s) { return *static_cast<Tcb*>(s); }
+using testing::tcb;
 
 // Client (side 0) sends `size` bytes to the server (side 1) and closes; returns when both are closed.
 struct Transfer {

@@ -16,7 +16,7 @@ using namespace tcp_flag;
 
 constexpr uint16_t kPort = 80;
 
-Tcb& tcb(net::Stream* s) { return *static_cast<Tcb*>(s); }
+using testing::tcb;
 
 TcpConfig conf(bool sack, bool tlp) {
   TcpConfig c;
