@@ -46,6 +46,7 @@ HERE = Path(__file__).resolve()
 ETH_P_ALL = 0x0003
 SOL_PACKET = 263
 PACKET_IGNORE_OUTGOING = 23
+PACKET_STATISTICS = 6
 SO_RCVBUFFORCE = 33
 SIOCETHTOOL = 0x8946
 # struct ethtool_value commands (linux/ethtool.h): set TX checksumming, TCP segmentation, generic segmentation.
@@ -62,9 +63,10 @@ class Profile:
     delay_ms: float = 0
     jitter_ms: float = 0
     reorder: int = 0
+    relay: bool = False  # forward through the relay even without delay (to measure the relay itself)
 
     def needs_relay(self) -> bool:
-        return self.delay_ms > 0 or self.jitter_ms > 0
+        return self.relay or self.delay_ms > 0 or self.jitter_ms > 0
 
     def netem_args(self) -> list[str]:
         args = ["loss", f"{self.loss}%", "duplicate", f"{self.duplicate}%"]
@@ -137,12 +139,14 @@ def offloads_off(iface: str) -> None:
 class ImpairedLink:
     """The chain above for kosoku's `tap` (now in `client_ns` with `peer_cidr`, e.g. "10.99.7.1/24").
     attach() builds it, apply(profile) / clear() switch impairments, detach() puts the tap back as it was.
-    backend: "netem" or "nft+relay" (default: netem when the kernel has it)."""
+    backend: "netem" or "nft+relay" (default: netem when the kernel has it). `prefix` replaces "kimp" in the
+    namespace and interface names (keep prefix + k within 13 characters: interface names have 15 at most)."""
 
-    def __init__(self, tap: str, client_ns: str, peer_cidr: str, k: int, workdir: Path, backend: str = ""):
+    def __init__(self, tap: str, client_ns: str, peer_cidr: str, k: int, workdir: Path, backend: str = "",
+                 prefix: str = "kimp"):
         self.tap, self.client_ns, self.peer_cidr, self.k = tap, client_ns, peer_cidr, k
-        self.mid_ns, self.relay_ns = f"kimp-m{k}", f"kimp-r{k}"
-        self.a, self.b, self.c, self.client_if = f"kimp-a{k}", f"kimp-b{k}", f"kimp-c{k}", f"kimp-d{k}"
+        self.mid_ns, self.relay_ns = f"{prefix}-m{k}", f"{prefix}-r{k}"
+        self.a, self.b, self.c, self.client_if = (f"{prefix}-{x}{k}" for x in "abcd")
         self.workdir = workdir
         self.relay_proc: subprocess.Popen | None = None
         self.backend = backend or ("netem" if netem_available() else "nft+relay")
@@ -284,8 +288,9 @@ def relay(if_a: str, if_b: str, delay_ms: float, jitter_ms: float, reorder: floa
           ready_path: str) -> None:
     """Bridges if_a and if_b (AF_PACKET, every frame both ways) until SIGTERM, holding each frame
     delay_ms ± jitter_ms (uniform) unless it is one of the `reorder` percent that go at once. Writes its
-    counters as JSON to stats_path on exit: per direction frames, held, sent at once, send errors, and the
-    largest number of frames held at one time."""
+    counters as JSON to stats_path on exit: per direction frames, held, sent at once, send errors, frames the
+    receiving socket dropped (rx_drops: its queue was full, PACKET_STATISTICS), and the largest number of frames
+    held at one time."""
     rng = random.Random(os.getpid())
     socks = []
     for name in (if_a, if_b):
@@ -345,6 +350,8 @@ def relay(if_a: str, if_b: str, delay_ms: float, jitter_ms: float, reorder: floa
         while held and held[0][0] <= now:
             _, _, out, frame, direction = heapq.heappop(held)
             send(out, frame, direction)
+    for s in socks:
+        stats[label[s.fileno()]]["rx_drops"] = struct.unpack("II", s.getsockopt(SOL_PACKET, PACKET_STATISTICS, 8))[1]
     Path(stats_path).write_text(json.dumps(stats))
 
 
