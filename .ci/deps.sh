@@ -9,7 +9,7 @@ clang libclang-rt-14-dev
 curl wget apache2-utils wrk nginx-light python3 python3.11-doc python3-pytest
 libnuma-dev libbsd-dev libmd-dev libdpdk-dev libsodium-dev tcpdump iproute2 nftables
 linux-image-amd64 qemu-system-x86 qemu-utils ovmf syslinux syslinux-common syslinux-utils mtools dosfstools
-systemd-boot-efi fdisk e2fsprogs cpio binutils socat"
+systemd-boot-efi fdisk e2fsprogs cpio binutils socat ethtool"
 SUDO=""
 [ "$(id -u)" = 0 ] || SUDO=sudo
 missing=""
