@@ -225,6 +225,7 @@ void Tcb::segment_arrives(const TcpSegment& seg) {
       if (state_ == TcpState::kClosed) return;
       output();
     }
+    if (sack_ok_ && !seg.payload.empty() && h.seq < rcv_nxt_) note_dsack(h.seq, seg.payload.size());
     send_ack();
     return;
   }
@@ -397,6 +398,7 @@ void Tcb::process_text(const TcpSegment& seg) {
   SeqNum seq = h.seq;
   if (seq < rcv_nxt_) {  // trim what we already have
     uint32_t d = rcv_nxt_ - seq;
+    if (sack_ok_ && !data.empty()) note_dsack(seq, data.size());
     if (d >= data.size() + (fin ? 1 : 0)) {
       send_ack();  // a pure retransmission
       return;
@@ -549,6 +551,9 @@ void Tcb::on_timer(TimerKind k) {
     case TimerKind::kTlp:
       on_tlp_timer();
       break;
+    case TimerKind::kRack:
+      on_rack_timer();
+      break;
   }
 }
 
@@ -649,7 +654,7 @@ void Tcb::send_segment(SeqNum seq, size_t len, uint8_t flags) {
     o.ts_val = ts_now();
     o.ts_ecr = (flags & kAck) ? ts_recent_ : 0;
   }
-  if (sack_ok_ && !syn && (flags & kAck) && !(flags & kRst) && !ooo_.empty()) sack_fill(&o);
+  if (sack_ok_ && !syn && (flags & kAck) && !(flags & kRst) && (!ooo_.empty() || dsack_pending_)) sack_fill(&o);
   h.window = (flags & kRst) ? 0 : window_field(syn);
   size_t hl = TcpHeader::kMinSize + o.wire_size();
   size_t off = seq - data_seq_;
@@ -686,6 +691,7 @@ void Tcb::output() {
   if (sack_ok_ && cc_.in_recovery()) {
     sack_send();  // RFC 6675: pipe, not cwnd - flight, clocks what goes out
   } else {
+    if (rack_on() && rack_.any_lost() && snd_nxt_ < snd_max_) rack_retransmit_lost();  // lost in the go-back
     uint32_t wnd = std::min({snd_wnd_, cc_.cwnd(), stack_.conf_.send_window_bytes});
     while (send_next(wnd)) {
     }
@@ -725,6 +731,7 @@ bool Tcb::send_next(uint32_t wnd) {
   }
   uint8_t flags = kAck | (fin ? kFin : 0) | (len > 0 && offset + len == out_bytes_ ? kPsh : 0);
   send_segment(snd_nxt_, len, flags);
+  rack_sent(snd_nxt_, static_cast<uint32_t>(len) + (fin ? 1 : 0));
   if (retransmission) ++stack_.stats_.retransmits;
   snd_nxt_ += static_cast<uint32_t>(len) + (fin ? 1 : 0);
   if (fin) fin_sent_ = true;
@@ -803,7 +810,7 @@ void Tcb::enter_time_wait() {
   }
   enter(TcpState::kTimeWait);
   for (TcbTimer* t : {&rtx_timer_, &delack_timer_, &persist_timer_, &linger_timer_, &notify_timer_,
-                      &keepalive_timer_, &release_timer_, &tlp_timer_}) {
+                      &keepalive_timer_, &release_timer_, &tlp_timer_, &rack_timer_}) {
     if (t->armed()) stack_.timers_.cancel(*t);
   }
   free_buffers();
@@ -826,7 +833,7 @@ void Tcb::terminate(int error) {
   if (state_ == TcpState::kTimeWait) --stack_.stats_.time_wait;
   enter(TcpState::kClosed);
   for (TcbTimer* t : {&rtx_timer_, &delack_timer_, &persist_timer_, &tw_timer_, &linger_timer_, &notify_timer_,
-                      &keepalive_timer_, &release_timer_, &tlp_timer_}) {
+                      &keepalive_timer_, &release_timer_, &tlp_timer_, &rack_timer_}) {
     if (t->armed()) stack_.timers_.cancel(*t);
   }
   notify_closed(error);

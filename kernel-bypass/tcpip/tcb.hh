@@ -31,6 +31,13 @@
 // shows every hole below it lost (RACK's reasoning: those octets were sent at least a PTO earlier) and
 // starts RFC 6675 recovery, instead of waiting for the RTO.
 //
+// RACK (RFC 8985 §6, tcb_rack.cc; with SACK and TcpConfig::rack): every transmission is recorded with its time
+// (rack.hh); a segment is lost once one sent after it was delivered and RACK.rtt + reo_wnd has passed, which
+// replaces RFC 6675's DupThresh rule (IsLost) as the loss marking recovery acts on: recovery starts when
+// RACK marks the first loss, NextSeg() rule 1 retransmits what RACK marked (lost retransmissions included),
+// and the pipe counts what is neither SACKed nor marked lost. A reordering timer re-runs the detection
+// when a segment's reo_wnd runs out without an ACK. D-SACKs (RFC 2883) widen reo_wnd.
+//
 // Idle connections (tcb_idle.cc): once everything sent is acknowledged and no input is held for 1 s, the
 // input buffer and the kept output block are freed, so an idle keep-alive connection costs its TCB only.
 // Keep-alive (RFC 9293 §3.8.4, RFC 1122 §4.2.3.6; tcb_idle.cc): off unless set_keepalive() (the
@@ -40,6 +47,7 @@
 
 #include <netinet/in.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -49,6 +57,7 @@
 #include "core/reactor/timer_wheel.hh"
 #include "kernel-bypass/tcpip/congestion.hh"
 #include "kernel-bypass/tcpip/isn.hh"
+#include "kernel-bypass/tcpip/rack.hh"
 #include "kernel-bypass/tcpip/sack_scoreboard.hh"
 #include "kernel-bypass/tcpip/tcp_segment.hh"
 
@@ -102,7 +111,8 @@ class Tcb final : public net::Stream {
   uint8_t rcv_wscale() const { return rcv_wscale_; }
   bool timestamps() const { return ts_ok_; }
   uint32_t ts_recent() const { return ts_recent_; }
-  size_t buffer_bytes() const { return in_cap_ + out_block_bytes_; }
+  /// Heap bytes of the buffers: input, output blocks, and the RACK transmission record.
+  size_t buffer_bytes() const { return in_cap_ + out_block_bytes_ + rack_.heap_bytes(); }
   /// Send buffer: bytes the TCB owns (unacknowledged, sent or not), and bytes still waiting to be taken.
   size_t send_buffered() const { return buffered_; }
   size_t send_waiting() const { return wait_bytes_; }
@@ -114,6 +124,7 @@ class Tcb final : public net::Stream {
   size_t memory_bytes() const;
   bool sack_permitted() const { return sack_ok_; }
   const SackScoreboard& scoreboard() const { return sb_; }
+  const Rack& rack() const { return rack_; }
   bool in_recovery() const { return cc_.in_recovery(); }
   /// Keep-alive: idle_ms of silence before the first probe, interval_ms between probes, abort after
   /// `probes` unanswered ones (ETIMEDOUT). idle_ms = 0 turns it off.
@@ -140,7 +151,7 @@ class Tcb final : public net::Stream {
 
  private:
   enum class TimerKind : uint8_t {
-    kRetransmit, kDelayedAck, kPersist, kTimeWait, kLinger, kNotify, kKeepalive, kRelease, kTlp,
+    kRetransmit, kDelayedAck, kPersist, kTimeWait, kLinger, kNotify, kKeepalive, kRelease, kTlp, kRack,
   };
   struct TcbTimer final : reactor::Timer {
     Tcb* tcb;
@@ -181,6 +192,24 @@ class Tcb final : public net::Stream {
   /// True when the ACKs of this episode's probe SACKed it with a hole below: the holes are lost (§7.4 with
   /// RACK's time order), so SACK recovery may start at once.
   bool tlp_shows_loss() const;
+  // RACK (tcb_rack.cc, RFC 8985 §6).
+  /// RACK loss detection runs: SACK negotiated and TcpConfig::rack.
+  bool rack_on() const;
+  /// Records one transmission of [seq, seq + len) (a FIN included in len) for RACK.
+  void rack_sent(SeqNum seq, uint32_t len);
+  /// Steps 1-4 for one ACK (after the scoreboard took its blocks; `dsack`: its first block is a D-SACK),
+  /// then step 5 (rack_detect).
+  void rack_ack(const TcpSegment& seg, bool dsack);
+  /// Step 5: marks losses, counts lost retransmissions, arms or cancels the reordering timer.
+  void rack_detect();
+  /// The reordering timer: detection again; recovery starts if RACK now marks a loss; output.
+  void on_rack_timer();
+  /// Fast recovery (RFC 6675 §5 step 4) when allowed and a loss is shown: RACK's marks (or, without RACK,
+  /// DupThresh duplicates / IsLost(SND.UNA)), or the tail loss probe's SACK. Returns true when it started.
+  bool sack_maybe_enter_recovery();
+  /// Outside fast recovery (an RTO's go-back): retransmits RACK-marked losses below SND.NXT (lost
+  /// retransmissions) while the pipe leaves room in cwnd.
+  void rack_retransmit_lost();
   /// Arms the release timer (kReleaseIdleMs) unless it runs; when it fires with no input held and nothing to
   /// send, the input buffer and the kept output block are freed (they come back on the next byte).
   void arm_release();
@@ -244,12 +273,17 @@ class Tcb final : public net::Stream {
   void sack_ack(const TcpSegment& seg, bool advanced, uint32_t acked, bool dup_candidate);
   /// RFC 6675 §5 (C): while cwnd - pipe ≥ 1 SMSS, send what NextSeg() picks.
   void sack_send();
-  /// Retransmits up to `len` octets from `seq` (data, and the FIN if the range reaches it).
-  void sack_retransmit(SeqNum seq, uint32_t len);
+  /// Retransmits up to `len` octets from `seq` (data, and the FIN if the range reaches it); false when
+  /// nothing there could be sent (acknowledged, or beyond the send buffer).
+  bool sack_retransmit(SeqNum seq, uint32_t len);
   void sack_on_timeout();
   /// Receiver: an out-of-order segment at `seq` arrived (becomes the first SACK block).
   void sack_note_ooo(SeqNum seq);
-  /// Receiver: fills o->sack with the blocks for an outgoing ACK (RFC 2018 §4).
+  /// Receiver: `len` octets from `seq` arrived, some below RCV.NXT (already delivered): the next ACK reports
+  /// that duplicate range as a D-SACK (RFC 2883 §4).
+  void note_dsack(SeqNum seq, size_t len);
+  /// Receiver: fills o->sack with the blocks for an outgoing ACK (RFC 2018 §4), a pending D-SACK first
+  /// (RFC 2883 §4).
   void sack_fill(TcpOptions* o);
   bool ooo_range(SeqNum anchor, SackBlock* out) const;
   void update_memory();
@@ -293,6 +327,8 @@ class Tcb final : public net::Stream {
 
   // RFC 6298 estimator (ms) and Karn's timing of one segment when timestamps are off.
   uint64_t srtt_ms_ = 0, rttvar_ms_ = 0, rto_ms_ = 1000;
+  /// SRTT in µs for RACK's reo_wnd cap; the ms estimator says 0 for sub-millisecond paths, so ≥ 1 ms.
+  uint64_t srtt_us() const { return std::max<uint64_t>(srtt_ms_ * 1000, 1000); }
   bool have_rtt_ = false;
   bool timing_ = false;
   SeqNum timed_seq_;
@@ -339,6 +375,9 @@ class Tcb final : public net::Stream {
   SeqNum high_rxt_;
   bool rescue_done_ = false;
   uint8_t sack_recent_count_ = 0;
+  // Receiver D-SACK (RFC 2883 §4): a duplicate range below RCV.NXT, reported first in the next ACK only.
+  bool dsack_pending_ = false;
+  SackBlock dsack_;
   SeqNum sack_recent_[TcpOptions::kMaxSackBlocks];
   // Keep-alive.
   uint64_t ka_idle_ms_ = 0, ka_interval_ms_ = 0;
@@ -351,6 +390,9 @@ class Tcb final : public net::Stream {
   TcbTimer tlp_timer_{this, TimerKind::kTlp};
   bool tlp_sent_ = false;
   SeqNum tlp_high_;
+  // RACK: the transmission record and its reordering timer.
+  Rack rack_;
+  TcbTimer rack_timer_{this, TimerKind::kRack};
   size_t accounted_bytes_ = 0;  // what this TCB added to TcpStats::memory_bytes
 };
 

@@ -70,6 +70,7 @@ void Tcb::on_idle_timer(TimerKind k) {
   std::free(in_buf_);
   in_buf_ = nullptr;
   in_cap_ = in_begin_ = in_end_ = 0;
+  rack_.release();  // nothing outstanding: the record is empty
   update_memory();
 }
 
@@ -92,6 +93,7 @@ void Tcb::free_buffers() {
   ooo_bytes_ = 0;
   std::vector<char>().swap(scratch_);
   sb_ = SackScoreboard{};
+  rack_.release();
   update_memory();
 }
 
@@ -130,8 +132,7 @@ void Tcb::on_keepalive_timer() {
 }
 
 size_t Tcb::memory_bytes() const {
-  return sizeof(Tcb) + in_cap_ + out_block_bytes_ + ooo_bytes_ + ooo_.capacity() * sizeof(OooSegment) +
-         sb_.heap_bytes();
+  return sizeof(Tcb) + buffer_bytes() + ooo_bytes_ + ooo_.capacity() * sizeof(OooSegment) + sb_.heap_bytes();
 }
 
 void Tcb::update_memory() {

@@ -72,7 +72,19 @@ void Tcb::sack_note_ooo(SeqNum seq) {
   sack_recent_count_ = n;
 }
 
+void Tcb::note_dsack(SeqNum seq, size_t len) {
+  // The duplicate part is what lies below RCV.NXT (a segment may also carry new octets after it).
+  uint32_t dup = std::min<uint32_t>(static_cast<uint32_t>(len), static_cast<uint32_t>(rcv_nxt_ - seq));
+  if (dup == 0 || rcv_nxt_ - seq > (1u << 30)) return;  // not a sane distance below RCV.NXT
+  dsack_ = SackBlock{seq, seq + dup};
+  dsack_pending_ = true;
+}
+
 void Tcb::sack_fill(TcpOptions* o) {
+  if (dsack_pending_) {  // RFC 2883 §4: the duplicate range first, once
+    o->sack[o->sack_count++] = dsack_;
+    dsack_pending_ = false;
+  }
   uint8_t kept = 0;
   for (uint8_t i = 0; i < sack_recent_count_; ++i) {
     SeqNum a = sack_recent_[i];
@@ -82,7 +94,7 @@ void Tcb::sack_fill(TcpOptions* o) {
     for (uint8_t k = 0; k < o->sack_count; ++k) dup = dup || o->sack[k] == b;
     if (dup) continue;
     sack_recent_[kept++] = a;
-    o->sack[o->sack_count++] = b;
+    if (o->sack_count < TcpOptions::kMaxSackBlocks) o->sack[o->sack_count++] = b;  // a D-SACK took a slot
   }
   sack_recent_count_ = kept;
   // Slots left (more holes than were ever remembered): the highest ranges of the queue, from the top.
@@ -113,12 +125,20 @@ void Tcb::sack_ack(const TcpSegment& seg, bool advanced, uint32_t acked, bool du
     if (sb_.sacked(snd_una_)) {  // RFC 2018 §8: the peer dropped data it had SACKed
       ++stack_.stats_.sack_reneging;
       sb_.clear();
+      rack_.forget_sacks();
     }
   }
   uint32_t newly = sb_.update(snd_una_, snd_max_, {seg.options.sack, seg.options.sack_count});
+  // RFC 2883 §4: a D-SACK is the first block, below the cumulative ACK or inside the second block.
+  const SackBlock* b = seg.options.sack;
+  bool dsack = seg.options.sack_count > 0 &&
+               (b[0].left < seg.header.ack ||
+                (seg.options.sack_count > 1 && b[1].left <= b[0].left && b[0].right <= b[1].right));
+  if (dsack) ++stack_.stats_.dsacks_in;
+  if (rack_on()) rack_ack(seg, dsack);
   if (advanced) {
     if (cc_.in_recovery()) {
-      cc_.on_sack_recovery_ack(snd_una_);
+      if (cc_.on_sack_recovery_ack(snd_una_)) rack_.on_recovery_exit();
     } else {
       cc_.on_ack(snd_una_, acked, snd_max_ - snd_una_);
     }
@@ -126,21 +146,7 @@ void Tcb::sack_ack(const TcpSegment& seg, bool advanced, uint32_t acked, bool du
     ++stack_.stats_.dup_acks_in;
     cc_.count_dupack();
   }
-  if (!cc_.in_recovery() && snd_max_ > snd_una_ && cc_.may_enter_sack_recovery(snd_una_) &&
-      (cc_.dupacks() >= SackScoreboard::kDupThresh || sb_.lost_boundary(snd_una_, mss_) > snd_una_ ||
-       tlp_shows_loss())) {
-    cc_.enter_sack_recovery(snd_max_ - snd_una_, snd_max_);
-    ++stack_.stats_.fast_retransmits;
-    ++stack_.stats_.sack_recoveries;
-    snd_nxt_ = snd_max_;
-    high_rxt_ = snd_una_;
-    rescue_done_ = false;
-    SackBlock hole{snd_una_, snd_una_ + mss_};
-    if (!sb_.empty()) sb_.first_hole(snd_una_, sb_.highest_sacked(), &hole);
-    uint32_t len = std::min<uint32_t>(mss_, static_cast<uint32_t>(hole.right - hole.left));
-    sack_retransmit(snd_una_, len);  // step (4.3): the first segment presumed lost
-    high_rxt_ = snd_una_ + len;
-    arm_retransmit();
+  if (sack_maybe_enter_recovery()) {
   } else if (!advanced && dup_candidate && newly > 0 && !cc_.in_recovery() && cc_.dupacks() < 3) {
     // RFC 3042 limited transmit (RFC 6675 §5 step 2): one new segment per duplicate ACK, keeping at most
     // cwnd + 2·SMSS outstanding, so that small windows still produce DupThresh duplicates.
@@ -149,30 +155,61 @@ void Tcb::sack_ack(const TcpSegment& seg, bool advanced, uint32_t acked, bool du
   update_memory();
 }
 
-void Tcb::sack_retransmit(SeqNum seq, uint32_t len) {
-  if (seq < data_seq_) return;
+bool Tcb::sack_maybe_enter_recovery() {
+  if (cc_.in_recovery() || !(snd_max_ > snd_una_) || !cc_.may_enter_sack_recovery(snd_una_)) return false;
+  bool lost = rack_on() ? rack_.any_lost()
+                        : cc_.dupacks() >= SackScoreboard::kDupThresh || sb_.lost_boundary(snd_una_, mss_) > snd_una_;
+  if (!lost && !tlp_shows_loss()) return false;
+  cc_.enter_sack_recovery(snd_max_ - snd_una_, snd_max_);
+  ++stack_.stats_.fast_retransmits;
+  ++stack_.stats_.sack_recoveries;
+  snd_nxt_ = snd_max_;
+  high_rxt_ = snd_una_;
+  rescue_done_ = false;
+  SackBlock hole{snd_una_, snd_una_ + mss_};
+  if (rack_on() && rack_.first_lost(snd_una_, &hole)) {
+    // RACK's first mark (the tail loss probe's SACK may show holes RACK has not marked yet: SND.UNA then)
+  } else if (!sb_.empty()) {
+    sb_.first_hole(snd_una_, sb_.highest_sacked(), &hole);
+  }
+  uint32_t len = std::min<uint32_t>(mss_, static_cast<uint32_t>(hole.right - hole.left));
+  sack_retransmit(hole.left, len);  // step (4.3): the first segment presumed lost
+  high_rxt_ = std::max(high_rxt_, hole.left + len);
+  arm_retransmit();
+  return true;
+}
+
+bool Tcb::sack_retransmit(SeqNum seq, uint32_t len) {
+  if (seq < data_seq_) return false;
   size_t off = static_cast<size_t>(seq - data_seq_);
   size_t data = off < buffered_ ? std::min<size_t>(len, buffered_ - off) : 0;
   bool fin = fin_sent_ && seq + static_cast<uint32_t>(data) == fin_seq() && seq + len > fin_seq();
-  if (data == 0 && !fin) return;
+  if (data == 0 && !fin) return false;
   send_segment(seq, data, kAck | (fin ? kFin : 0));
+  rack_sent(seq, static_cast<uint32_t>(data) + (fin ? 1 : 0));
   ++stack_.stats_.retransmits;
   timing_ = false;  // Karn
   if (!rtx_timer_.armed()) arm_retransmit();
+  return true;
 }
 
 void Tcb::sack_send() {
   uint32_t wnd = std::min(snd_wnd_, stack_.conf_.send_window_bytes);
+  bool rack = rack_on();
   for (unsigned guard = 0; guard < 4096; ++guard) {
-    if (sb_.pipe(snd_una_, snd_max_, high_rxt_, mss_) + mss_ > cc_.cwnd()) break;
+    uint32_t pipe = rack ? rack_.pipe() : sb_.pipe(snd_una_, snd_max_, high_rxt_, mss_);
+    if (pipe + mss_ > cc_.cwnd()) break;
     SeqNum from = std::max(high_rxt_, snd_una_);
     SackBlock hole;
-    bool rule1 = sb_.first_hole(from, sb_.lost_boundary(snd_una_, mss_), &hole);
+    // Rule 1: the first lost hole: RACK's marks (lost retransmissions included), or IsLost() above HighRxt.
+    bool rule1 = rack ? rack_.first_lost(snd_una_, &hole)
+                      : sb_.first_hole(from, sb_.lost_boundary(snd_una_, mss_), &hole);
     if (!rule1 && snd_nxt_ == snd_max_ && send_next(wnd)) continue;  // rule 2: new data
-    if (rule1 || (!sb_.empty() && sb_.first_hole(from, sb_.highest_sacked(), &hole))) {  // rules 1 and 3
+    // Rule 3 (a hole not yet lost below the highest SACK) only without RACK: RACK waits out reo_wnd there.
+    if (rule1 || (!rack && !sb_.empty() && sb_.first_hole(from, sb_.highest_sacked(), &hole))) {
       uint32_t len = std::min<uint32_t>(mss_, static_cast<uint32_t>(hole.right - hole.left));
-      sack_retransmit(hole.left, len);
-      high_rxt_ = hole.left + len;
+      if (!sack_retransmit(hole.left, len)) break;
+      high_rxt_ = std::max(high_rxt_, hole.left + len);
       continue;
     }
     if (!rescue_done_) {  // rule 4: one rescue retransmission per recovery; HighRxt is left alone
@@ -190,6 +227,7 @@ void Tcb::sack_send() {
 
 void Tcb::sack_on_timeout() {
   sb_.clear();  // RFC 2018 §8 / RFC 6675 §5.1
+  rack_.on_rto(true);  // RFC 8985 §6.3: everything outstanding is lost; the go-back resends it
   high_rxt_ = snd_una_;
   rescue_done_ = false;
 }

@@ -22,6 +22,11 @@ void append_tcp_metrics(const TcpStack& tcp, const std::vector<std::pair<std::st
       t.fast_retransmits);
   add("dpdk_tcp_rto_expired_total", "TCP retransmission timeouts", kCounter, t.rto_expired);
   add("dpdk_tcp_tlp_probes_total", "TCP tail loss probes sent (RFC 8985 section 7)", kCounter, t.tlp_probes);
+  add("dpdk_tcp_rack_lost_total", "TCP segments marked lost by RACK (RFC 8985 section 6)", kCounter, t.rack_lost);
+  add("dpdk_tcp_lost_retransmits_total", "TCP retransmissions found lost again (RACK)", kCounter,
+      t.lost_retransmits);
+  add("dpdk_tcp_dsacks_in_total", "TCP ACKs carrying a D-SACK block (RFC 2883): spurious retransmissions", kCounter,
+      t.dsacks_in);
   add("dpdk_tcp_sack_recoveries_total", "TCP RFC 6675 SACK loss recoveries", kCounter, t.sack_recoveries);
   add("dpdk_tcp_sack_reneging_total", "TCP peers seen discarding data they had SACKed", kCounter,
       t.sack_reneging);

@@ -19,8 +19,10 @@
 // destination that is in TIME-WAIT on our side, if timestamps were negotiated on it and its last segment is
 // ≥ kTimeWaitReuseMs old, so the new SYN's TSval exceeds everything the peer saw and PAWS separates the
 // incarnations (RFC 7323 §5, RFC 6191). Otherwise it fails with EADDRNOTAVAIL.
-// Not implemented (fail loudly where a caller could depend on it): D-SACK, urgent
-// data (ignored), IPv6 (listen/connect refuse it), ECN.
+// RACK-TLP (RFC 8985) loss detection with SACK; D-SACK (RFC 2883) sent for duplicate data below RCV.NXT and
+// read as a sender (it widens RACK's reordering window).
+// Not implemented (fail loudly where a caller could depend on it): D-SACK for duplicates inside the
+// out-of-order queue, urgent data (ignored), IPv6 (listen/connect refuse it), ECN.
 #pragma once
 
 #include <cstdint>
@@ -77,6 +79,8 @@ struct TcpConfig {
   bool syn_cookies = true;
   bool sack = true;                          // offer/accept SACK-permitted (RFC 2018), RFC 6675 recovery
   bool tail_loss_probe = true;               // RFC 8985 §7 TLP when SACK is on (Linux tcp_early_retrans)
+  bool rack = true;                          // RFC 8985 §6 RACK loss detection when SACK is on (Linux
+                                             // tcp_recovery & 1); false: RFC 6675 DupThresh (IsLost)
   // Keep-alive (RFC 9293 §3.8.4, RFC 1122 §4.2.3.6), off unless the listening socket says so_keepalive=on;
   // the values a `so_keepalive=on` or an empty field of `so_keepalive=idle:intvl:cnt` uses (Linux defaults).
   uint64_t keepalive_idle_ms = 7'200'000;
@@ -102,6 +106,9 @@ struct TcpStats {
   uint64_t sack_recoveries = 0, sack_blocks_out = 0, sack_reneging = 0;  // RFC 6675 recoveries entered
   uint64_t keepalive_probes = 0, keepalive_timeouts = 0;
   uint64_t tlp_probes = 0;  // RFC 8985 §7 tail loss probes sent
+  uint64_t rack_lost = 0;          // segments RACK (RFC 8985 §6) marked lost
+  uint64_t lost_retransmits = 0;   // ... of which were retransmissions (RFC 6675 alone waits for the RTO)
+  uint64_t dsacks_in = 0;          // ACKs carrying a D-SACK block (RFC 2883): a retransmission was spurious
   uint64_t ephemeral_not_local = 0;  // candidate source ports skipped by connect(): their return traffic
                                      // would be steered to another core (FlowOwner)
   uint64_t memory_bytes = 0;  // gauge: TCBs (TIME_WAIT included) + their buffers, bytes

@@ -200,7 +200,7 @@ TEST(TcpStackMemory, StatsReportWhatConnectionsHold) {
   EXPECT_EQ(sum, 8 * per);  // idle connections all cost the same
   EXPECT_EQ(per, sizeof(Tcb) + tcb(sinks[0].stream).buffer_bytes());
   std::printf("idle keep-alive connection after one request/response: %zu B (TCB %zu B + input buffer + kept "
-              "output block %zu B); 8 connections: %zu B in TcpStats::memory_bytes\n",
+              "output block + RACK record %zu B); 8 connections: %zu B in TcpStats::memory_bytes\n",
               per, sizeof(Tcb), tcb(sinks[0].stream).buffer_bytes(), sum);
   RecordProperty("idle_connection_bytes", static_cast<int>(per));
   // The same figures in the stats renderer's section (what `stats` / the status location show per core).

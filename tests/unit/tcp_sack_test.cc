@@ -309,8 +309,11 @@ TEST(TcpSack, LossesSpreadOverTheWindowsOfALongTransfer) {
 }
 
 TEST(TcpSack, LostRetransmissionEndsInRtoThatClearsTheScoreboard) {
-  // The 30th data segment is lost, and so is its fast retransmission: only the RTO can repair it.
-  Link link;
+  // The 30th data segment is lost, and so is its fast retransmission: with RFC 6675's DupThresh rule alone
+  // (RACK off) only the RTO can repair it. TcpRack.LostRetransmissionIsResentWithoutAnRto has RACK's answer.
+  TcpConfig dupthresh;
+  dupthresh.rack = false;
+  Link link(dupthresh);
   std::set<uint32_t> target;
   int data_count = 0, target_sent = 0;
   link.tap = [&](int from, const TcpSegment& seg) {
@@ -340,6 +343,8 @@ TEST(TcpSack, RenegingPeerClearsTheScoreboard) {
   // data it had SACKed: to the sender that is a receiver that dropped SACKed data (reneged, RFC 2018 §8).
   TcpConfig no_tlp;
   no_tlp.tail_loss_probe = false;  // the RTO path (TcpTlp.* cover the probe)
+  no_tlp.rack = false;             // DupThresh: two SACKed segments start no recovery (RACK would, as they
+                                   // arrive in 0 simulated µs; TcpRack.RenegingPeer... covers RACK)
   Link link(no_tlp);
   SeqNum lost_from;
   bool drop = false;
