@@ -82,6 +82,8 @@ class NewReno {
   /// RFC 6675 §5 steps (4.1)/(4.2): RecoveryPoint = HighData (snd_max), ssthresh = cwnd = max(FlightSize/2,
   /// 2·SMSS) (RFC 5681 eq. 4).
   void enter_sack_recovery(uint32_t flight, SeqNum snd_max) {
+    prior_cwnd_ = cwnd_;
+    prior_ssthresh_ = ssthresh_;
     ssthresh_ = std::max(flight / 2, 2 * smss_);
     cwnd_ = ssthresh_;
     recover_ = snd_max;
@@ -98,6 +100,14 @@ class NewReno {
       return true;
     }
     return false;
+  }
+
+  /// The reduction made when the last SACK recovery started was spurious (every retransmission of it came
+  /// back as a D-SACK, RFC 2883 §5 / RFC 3708): cwnd and ssthresh go back to at least their values before it
+  /// (Linux tcp_undo_cwnd_reduction). Recovery itself runs on to RecoveryPoint.
+  void undo_reduction() {
+    cwnd_ = std::max(cwnd_, prior_cwnd_);
+    ssthresh_ = std::max(ssthresh_, prior_ssthresh_);
   }
 
   /// The retransmission timer expired (RFC 5681 §3.1 eq. 4, loss window = 1 SMSS; RFC 6582 §4 sets recover).
@@ -118,6 +128,7 @@ class NewReno {
   bool recovery_ = false;
   bool have_recover_ = false;
   SeqNum recover_;
+  uint32_t prior_cwnd_ = 0, prior_ssthresh_ = 0;  // before the last SACK recovery's reduction (undo)
 };
 
 }  // namespace kosoku::tcpip

@@ -210,6 +210,9 @@ class Tcb final : public net::Stream {
   /// Outside fast recovery (an RTO's go-back): retransmits RACK-marked losses below SND.NXT (lost
   /// retransmissions) while the pipe leaves room in cwnd.
   void rack_retransmit_lost();
+  /// Sender: a D-SACK block arrived: when it covers one of the last recovery's retransmissions it counts down
+  /// undo_retrans_; at 0 every retransmission was spurious and the window reduction is undone.
+  void dsack_undo(const SackBlock& dsack);
   /// Arms the release timer (kReleaseIdleMs) unless it runs; when it fires with no input held and nothing to
   /// send, the input buffer and the kept output block are freed (they come back on the next byte).
   void arm_release();
@@ -375,6 +378,10 @@ class Tcb final : public net::Stream {
   SeqNum high_rxt_;
   bool rescue_done_ = false;
   uint8_t sack_recent_count_ = 0;
+  // Sender undo (RFC 2883 §5, RFC 3708): retransmissions of the last SACK recovery, [SND.UNA, RecoveryPoint)
+  // at its start, not yet reported as D-SACKs; -1: no undo possible (none yet, after an RTO, or done).
+  int undo_retrans_ = -1;
+  SeqNum undo_low_, undo_high_;
   // Receiver D-SACK (RFC 2883 §4): a duplicate range below RCV.NXT, reported first in the next ACK only.
   bool dsack_pending_ = false;
   SackBlock dsack_;

@@ -134,7 +134,10 @@ void Tcb::sack_ack(const TcpSegment& seg, bool advanced, uint32_t acked, bool du
   bool dsack = seg.options.sack_count > 0 &&
                (b[0].left < seg.header.ack ||
                 (seg.options.sack_count > 1 && b[1].left <= b[0].left && b[0].right <= b[1].right));
-  if (dsack) ++stack_.stats_.dsacks_in;
+  if (dsack) {
+    ++stack_.stats_.dsacks_in;
+    dsack_undo(b[0]);
+  }
   if (rack_on()) rack_ack(seg, dsack);
   if (advanced) {
     if (cc_.in_recovery()) {
@@ -161,6 +164,9 @@ bool Tcb::sack_maybe_enter_recovery() {
                         : cc_.dupacks() >= SackScoreboard::kDupThresh || sb_.lost_boundary(snd_una_, mss_) > snd_una_;
   if (!lost && !tlp_shows_loss()) return false;
   cc_.enter_sack_recovery(snd_max_ - snd_una_, snd_max_);
+  undo_retrans_ = 0;
+  undo_low_ = snd_una_;
+  undo_high_ = snd_max_;
   ++stack_.stats_.fast_retransmits;
   ++stack_.stats_.sack_recoveries;
   snd_nxt_ = snd_max_;
@@ -188,6 +194,7 @@ bool Tcb::sack_retransmit(SeqNum seq, uint32_t len) {
   send_segment(seq, data, kAck | (fin ? kFin : 0));
   rack_sent(seq, static_cast<uint32_t>(data) + (fin ? 1 : 0));
   ++stack_.stats_.retransmits;
+  if (undo_retrans_ >= 0 && cc_.in_recovery()) ++undo_retrans_;
   timing_ = false;  // Karn
   if (!rtx_timer_.armed()) arm_retransmit();
   return true;
@@ -225,7 +232,18 @@ void Tcb::sack_send() {
   }
 }
 
+void Tcb::dsack_undo(const SackBlock& d) {
+  if (undo_retrans_ <= 0 || d.left < undo_low_ || undo_high_ < d.right) return;
+  uint32_t segments = (static_cast<uint32_t>(d.right - d.left) + mss_ - 1) / mss_;
+  undo_retrans_ -= static_cast<int>(std::max<uint32_t>(segments, 1));
+  if (undo_retrans_ > 0) return;
+  cc_.undo_reduction();
+  undo_retrans_ = -1;
+  ++stack_.stats_.dsack_undos;
+}
+
 void Tcb::sack_on_timeout() {
+  undo_retrans_ = -1;  // an RTO's reduction is not undone (that needs RFC 3522's timestamps)
   sb_.clear();  // RFC 2018 §8 / RFC 6675 §5.1
   rack_.on_rto(true);  // RFC 8985 §6.3: everything outstanding is lost; the go-back resends it
   high_rxt_ = snd_una_;

@@ -27,6 +27,9 @@ void append_tcp_metrics(const TcpStack& tcp, const std::vector<std::pair<std::st
       t.lost_retransmits);
   add("dpdk_tcp_dsacks_in_total", "TCP ACKs carrying a D-SACK block (RFC 2883): spurious retransmissions", kCounter,
       t.dsacks_in);
+  add("dpdk_tcp_dsack_undos_total",
+      "TCP loss recoveries found spurious by D-SACKs (RFC 3708): the window reduction was undone", kCounter,
+      t.dsack_undos);
   add("dpdk_tcp_sack_recoveries_total", "TCP RFC 6675 SACK loss recoveries", kCounter, t.sack_recoveries);
   add("dpdk_tcp_sack_reneging_total", "TCP peers seen discarding data they had SACKed", kCounter,
       t.sack_reneging);

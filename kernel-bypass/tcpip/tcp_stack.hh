@@ -109,6 +109,8 @@ struct TcpStats {
   uint64_t rack_lost = 0;          // segments RACK (RFC 8985 §6) marked lost
   uint64_t lost_retransmits = 0;   // ... of which were retransmissions (RFC 6675 alone waits for the RTO)
   uint64_t dsacks_in = 0;          // ACKs carrying a D-SACK block (RFC 2883): a retransmission was spurious
+  uint64_t dsack_undos = 0;        // recoveries whose window reduction was undone: all their retransmissions
+                                   // came back as D-SACKs (RFC 3708)
   uint64_t ephemeral_not_local = 0;  // candidate source ports skipped by connect(): their return traffic
                                      // would be steered to another core (FlowOwner)
   uint64_t memory_bytes = 0;  // gauge: TCBs (TIME_WAIT included) + their buffers, bytes
