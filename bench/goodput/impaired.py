@@ -574,7 +574,7 @@ def relay_bound(data: dict) -> list[str]:
                                                          p["profile"]["name"] != "relay0") else "not relay-bound"
             if p["profile"]["name"] == "relay0":
                 verdict = "the ceiling" + (" (relay saturated)" if share >= 0.9 else " (relay not saturated)")
-            out.append(f"| {p['profile']['name']} | {label} | {f'{frac:.2f}' if frac is not None else '–'} | "
+            out.append(f"| {p['profile']['name']} | {label} | {ratio(frac) if frac is not None else '–'} | "
                        f"{share:.2f} | {verdict} |")
     return out
 
