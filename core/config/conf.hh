@@ -52,7 +52,8 @@ struct DiskQueueConf {
   uint32_t max_queue = 65536;
 };
 
-/// `listen ADDR:PORT [default_server] [reuseport] [deferred] [backlog=N] [so_keepalive=...];` (server). Default `*:80`
+/// `listen ADDR:PORT [default_server] [reuseport] [deferred] [backlog=N] [rcvbuf=SIZE] [sndbuf=SIZE]
+/// [so_keepalive=...];` (server). Default `*:80`
 /// (nginx: 80 as root).
 struct ListenConf {
   sockaddr_storage addr{};  // AF_INET or AF_INET6, port in network order
@@ -70,6 +71,12 @@ struct ListenConf {
   // `deferred` (nginx): TCP_DEFER_ACCEPT on the kernel backend — a connection is accepted only once its first
   // data (the request) has arrived, saving a wake-up per connection. kosoku's own TCP stack ignores it.
   bool deferred = false;
+  // `rcvbuf=SIZE` / `sndbuf=SIZE` (nginx; sizes as ngx_parse_size, 0..1g), bytes, -1 not given (the system's /
+  // TcpConfig's value). Kernel backend: SO_RCVBUF / SO_SNDBUF on the listening socket, inherited by accepted
+  // sockets (Linux doubles the value and applies its minimum). kosoku's TCP: the receive buffer (what the
+  // advertised window and the SYN-ACK's window scale follow) and send buffer of connections accepted on it.
+  int rcvbuf = -1;
+  int sndbuf = -1;
 };
 
 /// A `allow`/`deny` rule (http, server, location), evaluated in order; first match wins; no match → allow.

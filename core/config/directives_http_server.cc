@@ -14,6 +14,8 @@ namespace kosoku::config {
 
 namespace {
 
+constexpr uint64_t kMaxListenBuffer = 1ull << 30;  // rcvbuf= / sndbuf=: 1g
+
 bool set_server(Builder& b, Scope& s, const Directive& d) {
   auto node = std::make_unique<SrvNode>();
   node->conf->loc = d.loc;
@@ -55,7 +57,19 @@ bool parse_so_keepalive(std::string_view v, ListenConf* l) {
   return true;
 }
 
-// `listen ADDR[:PORT] [default_server|default] [reuseport] [deferred] [backlog=N] [so_keepalive=...] [bind];`
+// nginx's `rcvbuf=SIZE` / `sndbuf=SIZE` listen parameters (`arg` whole, `name` "rcvbuf"): a size (ngx_parse_size)
+// of at most 1g (the setsockopt int, and RFC 7323's largest window). False after reporting the error.
+bool parse_listen_buffer(Builder& b, const Arg& arg, std::string_view name, int* out) {
+  std::string_view v = arg.value;
+  auto n = parse_size(v.substr(name.size() + 1));
+  if (!n) return b.fail(arg.loc, absl::StrCat("invalid ", name, " ", quoted(v)));
+  if (*n > kMaxListenBuffer) return b.fail(arg.loc, absl::StrCat("invalid ", name, " ", quoted(v), ": more than 1g"));
+  *out = static_cast<int>(*n);
+  return true;
+}
+
+// `listen ADDR[:PORT] [default_server|default] [reuseport] [deferred] [backlog=N] [rcvbuf=SIZE] [sndbuf=SIZE]
+// [so_keepalive=...] [bind];`
 bool set_listen(Builder& b, Scope& s, const Directive& d) {
   ListenConf l;
   std::string err;
@@ -79,6 +93,10 @@ bool set_listen(Builder& b, Scope& s, const Directive& d) {
       auto n = parse_number(v.substr(8), 0x7fffffff);
       if (!n || *n == 0) return b.fail(d.args[i].loc, absl::StrCat("invalid backlog ", quoted(v)));
       l.backlog = static_cast<int>(*n);
+      opts = true;
+    } else if (v.rfind("rcvbuf=", 0) == 0 || v.rfind("sndbuf=", 0) == 0) {
+      bool rcv = v[0] == 'r';
+      if (!parse_listen_buffer(b, d.args[i], rcv ? "rcvbuf" : "sndbuf", rcv ? &l.rcvbuf : &l.sndbuf)) return false;
       opts = true;
     } else if (v.rfind("so_keepalive=", 0) == 0) {
       if (!parse_so_keepalive(v.substr(13), &l)) {

@@ -87,6 +87,8 @@ bool group_listen_sockets(Builder& b) {
         ls.conf.keepintvl_s = l.keepintvl_s;
         ls.conf.keepcnt = l.keepcnt;
         ls.conf.deferred = l.deferred;
+        ls.conf.rcvbuf = l.rcvbuf;
+        ls.conf.sndbuf = l.sndbuf;
       }
     }
   }

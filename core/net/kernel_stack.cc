@@ -84,6 +84,8 @@ struct KernelStack::Impl {
   // memory goes back to the allocator.
   std::vector<char*> free_in_bufs;
   std::vector<OutBlock*> free_blocks;
+  // Every stream not yet destroyed (accepted or connecting), for the reset at exit (~KernelStack).
+  KernelStream* live = nullptr;
 
   Impl(reactor::Reactor& r, stats::CoreStats& s, uint32_t max) : reactor(r), stats(s), max_streams(max) {}
   ~Impl() {
@@ -154,7 +156,23 @@ struct KernelStack::Impl {
 
 class KernelStream final : public Stream {
  public:
-  KernelStream(KernelStack::Impl& stack, int fd) : stack_(stack), fd_(fd) {}
+  KernelStream(KernelStack::Impl& stack, int fd) : stack_(stack), fd_(fd) {
+    next_live_ = stack_.live;
+    if (next_live_ != nullptr) next_live_->prev_live_ = this;
+    stack_.live = this;
+  }
+
+  /// The end of the worker (drain over or timed out): SO_LINGER {1, 0} and close, so the peer gets a RST now
+  /// (sent once io_uring lets go of the socket, at the latest when the ring is torn down) instead of a FIN
+  /// that reads like a complete response, or silence. No handler is called.
+  void reset_at_exit() {
+    if (fd_ < 0) return;
+    linger l{1, 0};
+    setsockopt(fd_, SOL_SOCKET, SO_LINGER, &l, sizeof(l));
+    ::close(fd_);
+    fd_ = -1;
+  }
+  KernelStream* next_live() const { return next_live_; }
 
   void start(StreamHandler* h) {
     handler_ = h;
@@ -495,12 +513,16 @@ class KernelStream final : public Stream {
     io_uring_prep_close(sqe, fd_);
     sqe->flags |= IOSQE_CQE_SKIP_SUCCESS;
     fd_ = -1;
+    (prev_live_ != nullptr ? prev_live_->next_live_ : stack_.live) = next_live_;
+    if (next_live_ != nullptr) next_live_->prev_live_ = prev_live_;
     stack_.stream_closed();
     delete this;
   }
 
   KernelStack::Impl& stack_;
   int fd_;
+  KernelStream* prev_live_ = nullptr;  // KernelStack::Impl::live
+  KernelStream* next_live_ = nullptr;
   StreamHandler* handler_ = nullptr;
   mutable sockaddr_storage peer_{};
   mutable char peer_text_[INET6_ADDRSTRLEN] = {};
@@ -634,6 +656,11 @@ KernelStack::KernelStack(reactor::Reactor& reactor, stats::CoreStats& stats, uin
 KernelStack::~KernelStack() {
   // Streams closed in the loop's last iteration queued their close SQEs after its final submit: send them now.
   io_uring_submit(impl_->reactor.ring());
+  // Connections still open now outlived the shutdown drain: reset them, as kosoku's own TCP does
+  // (TcpStack::reset_all). The stream objects are not freed: the process is ending.
+  size_t reset = 0;
+  for (KernelStream* s = impl_->live; s != nullptr; s = s->next_live(), ++reset) s->reset_at_exit();
+  if (reset > 0) KOSOKU_LOG(kNotice, "%zu connection(s) still open at exit were reset", reset);
   for (auto& l : impl_->listeners) {
     if (l->fd >= 0) ::close(l->fd);
   }
@@ -662,6 +689,16 @@ int open_listen_socket(const config::ListenConf& conf, std::string* err) {
     if (idle > 0) setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
     if (intvl > 0) setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl));
     if (cnt > 0) setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt));
+  }
+  // listen rcvbuf= / sndbuf= (nginx): before listen(), so the window scale of the SYN-ACKs follows the receive
+  // buffer; accepted sockets inherit both (and the lock that keeps Linux from auto-tuning them).
+  if (conf.rcvbuf >= 0 && setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &conf.rcvbuf, sizeof(conf.rcvbuf)) < 0) {
+    KOSOKU_LOG(kAlert, "setsockopt(SO_RCVBUF, %d) %s failed, ignored (%d: %s)", conf.rcvbuf, conf.text, errno,
+               std::strerror(errno));
+  }
+  if (conf.sndbuf >= 0 && setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &conf.sndbuf, sizeof(conf.sndbuf)) < 0) {
+    KOSOKU_LOG(kAlert, "setsockopt(SO_SNDBUF, %d) %s failed, ignored (%d: %s)", conf.sndbuf, conf.text, errno,
+               std::strerror(errno));
   }
   if (conf.deferred) {  // listen deferred (nginx): accept once the request's first bytes are in (1 s, as nginx)
     setsockopt(fd, IPPROTO_TCP, TCP_DEFER_ACCEPT, &one, sizeof(one));

@@ -30,7 +30,7 @@ Tcb::Tcb(TcpStack& stack, const FourTuple& tuple) : stack_(stack), tuple_(tuple)
   const TcpConfig& c = stack_.conf_;
   rto_ms_ = c.rto_initial_ms;
   ts_offset_ = stack_.keys_.ts_offset(tuple);
-  while (rcv_wscale_ < 14 && (c.recv_buffer_bytes >> rcv_wscale_) > 65535) ++rcv_wscale_;
+  set_buffer_limits(c.recv_buffer_bytes, c.send_buffer_bytes);
   update_memory();
 }
 
@@ -606,7 +606,7 @@ void Tcb::on_persist_timer() {
 uint32_t Tcb::ts_now() const { return static_cast<uint32_t>(stack_.now_ms()) + ts_offset_; }
 
 uint32_t Tcb::rcv_space() const {
-  size_t limit = stack_.conf_.recv_buffer_bytes;
+  size_t limit = recv_limit_;
   if (closing_) return static_cast<uint32_t>(limit);
   size_t used = (in_end_ - in_begin_) + ooo_bytes_;
   return used >= limit ? 0 : static_cast<uint32_t>(limit - used);
@@ -622,7 +622,7 @@ uint16_t Tcb::window_field(bool syn) {
   uint32_t current = adv > 0 ? static_cast<uint32_t>(adv) : 0;
   uint32_t wnd = space;
   // Receiver SWS avoidance (RFC 9293 §3.8.6.2.2): move the right edge only by a useful amount; never back.
-  uint32_t threshold = std::min<uint32_t>(stack_.conf_.recv_buffer_bytes / 2, mss_);
+  uint32_t threshold = std::min<uint32_t>(recv_limit_ / 2, mss_);
   if (wnd < current || wnd - current < threshold) wnd = current;
   uint32_t unit = 1u << rcv_wscale_;
   uint32_t field = std::min<uint32_t>((wnd + unit - 1) >> rcv_wscale_, 65535);
@@ -749,7 +749,7 @@ void Tcb::consume(size_t n) {
   if (state_ != TcpState::kEstablished && state_ != TcpState::kFinWait1 && state_ != TcpState::kFinWait2) return;
   // Window update when the right edge can move by a useful amount (half the buffer, or two segments).
   int32_t grow = (rcv_nxt_ + rcv_space()) - rcv_adv_;
-  uint32_t threshold = std::min<uint32_t>(stack_.conf_.recv_buffer_bytes / 2, 2u * mss_);
+  uint32_t threshold = std::min<uint32_t>(recv_limit_ / 2, 2u * mss_);
   if (grow >= static_cast<int32_t>(threshold)) send_ack();
 }
 

@@ -132,6 +132,14 @@ class Tcb final : public net::Stream {
   /// net::Stream (proxy_socket_keepalive): on = the stack's TcpConfig keepalive_* values (tcp_stack.cc).
   void set_keepalive(bool on) override;
   bool keepalive() const { return ka_idle_ms_ != 0; }
+  /// Buffer limits in bytes (tcb_send_buffer.cc): `recv_bytes` bounds in-order + out-of-order input, i.e. what
+  /// the advertised window says, and picks the window scale offered in our SYN or SYN-ACK (RFC 7323 §2.3);
+  /// `send_bytes` is the send buffer (SO_SNDBUF's analogue). The constructor takes TcpConfig's
+  /// recv_buffer_bytes / send_buffer_bytes; TcpStack sets a passive connection's from its listening socket
+  /// (`listen ... rcvbuf= sndbuf=`) before the SYN-ACK. Call only before the first SYN or SYN-ACK is sent.
+  void set_buffer_limits(uint32_t recv_bytes, uint32_t send_bytes);
+  uint32_t recv_buffer_limit() const { return recv_limit_; }
+  uint32_t send_buffer_limit() const { return send_limit_; }
 
   // ---- net::Stream ----
   std::span<const char> input() const override { return {in_buf_ + in_begin_, in_end_ - in_begin_}; }
@@ -401,6 +409,7 @@ class Tcb final : public net::Stream {
   Rack rack_;
   TcbTimer rack_timer_{this, TimerKind::kRack};
   size_t accounted_bytes_ = 0;  // what this TCB added to TcpStats::memory_bytes
+  uint32_t recv_limit_ = 0, send_limit_ = 0;  // set_buffer_limits()
 };
 
 }  // namespace kosoku::tcpip

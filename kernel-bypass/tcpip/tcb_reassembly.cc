@@ -6,8 +6,9 @@
 // it covers entirely are replaced), then appended to the range before it when contiguous — as Linux's
 // out-of-order queue coalesces — so a flood of overlapping segments at RCV.NXT+1, +2, ... costs one range
 // and no more bytes than the window. Two bounds hold whatever the peer sends: in-order + out-of-order
-// payload never exceeds TcpConfig::recv_buffer_bytes (the excess is dropped), and the queue holds at most
-// max_ooo_segments() ranges (a new range beyond it is dropped; one range costs a heap block and its header).
+// payload never exceeds the receive buffer (Tcb::recv_buffer_limit(): TcpConfig::recv_buffer_bytes or the
+// listener's rcvbuf=; the excess is dropped), and the queue holds at most max_ooo_segments() ranges (a new
+// range beyond it is dropped; one range costs a heap block and its header).
 // Drops are counted in TcpStats::ooo_dropped; the peer retransmits what it does not see SACKed.
 #include <algorithm>
 
@@ -18,7 +19,7 @@ namespace kosoku::tcpip {
 
 size_t Tcb::max_ooo_segments() const {
   // One range per 512 bytes of buffer (the smallest MSS a real peer uses is 536), at least 8.
-  return std::max<size_t>(8, stack_.conf_.recv_buffer_bytes / 512);
+  return std::max<size_t>(8, recv_limit_ / 512);
 }
 
 void Tcb::ooo_insert(SeqNum seq, std::span<const uint8_t> data, bool fin) {
@@ -51,7 +52,7 @@ void Tcb::ooo_insert(SeqNum seq, std::span<const uint8_t> data, bool fin) {
     break;
   }
   size_t held = (in_end_ - in_begin_) + ooo_bytes_;
-  size_t limit = stack_.conf_.recv_buffer_bytes;
+  size_t limit = recv_limit_;
   size_t room = held >= limit ? 0 : limit - held;
   if (data.size() > room) {
     ++stack_.stats_.ooo_dropped;

@@ -30,9 +30,9 @@ namespace {
 constexpr size_t kMinBlock = 16 * 1024;   // reserve(): smallest block; the one kept for reuse when idle
 constexpr size_t kCopyBlock = 64 * 1024;  // copy_in(): largest block taken write_ref bytes go to
 constexpr unsigned kMaxSpare = 8;         // acknowledged kCopyBlock blocks kept for reuse (512 KiB)
-// The send buffer limit: send_buffer_bytes, but never below one block (segments are sent only from the send
-// buffer: a limit of 0 would never send anything).
-size_t send_limit(const TcpConfig& c) { return std::max<size_t>(c.send_buffer_bytes, kMinBlock); }
+// The send buffer limit: send_buffer_bytes (or the listener's sndbuf=), but never below one block (segments are
+// sent only from the send buffer: a limit of 0 would never send anything).
+size_t send_limit(uint32_t send_bytes) { return std::max<size_t>(send_bytes, kMinBlock); }
 
 /// Appends `b` to the singly linked queue head .. tail.
 template <class Block>
@@ -46,8 +46,16 @@ void link_tail(Block*& head, Block*& tail, Block* b) {
 }
 }  // namespace
 
+void Tcb::set_buffer_limits(uint32_t recv_bytes, uint32_t send_bytes) {
+  recv_limit_ = recv_bytes;
+  send_limit_ = send_bytes;
+  // The smallest scale that lets the 16-bit window field cover the whole receive buffer (RFC 7323 §2.3).
+  rcv_wscale_ = 0;
+  while (rcv_wscale_ < 14 && (recv_bytes >> rcv_wscale_) > 65535) ++rcv_wscale_;
+}
+
 size_t Tcb::pending_output() const {
-  size_t limit = send_limit(stack_.conf_);
+  size_t limit = send_limit(send_limit_);
   return wait_bytes_ + (buffered_ > limit ? buffered_ - limit : 0);
 }
 
@@ -105,7 +113,7 @@ void Tcb::commit(size_t n) {
 void Tcb::write_ref(const char* data, size_t len) {
   if (fin_queued_ || state_ == TcpState::kClosed || len == 0) return;
   out_bytes_ += len;
-  size_t limit = send_limit(stack_.conf_);
+  size_t limit = send_limit(send_limit_);
   if (wait_head_ == nullptr && buffered_ < limit) {
     size_t k = std::min(len, limit - buffered_);
     copy_in(data, k);
@@ -135,7 +143,7 @@ void Tcb::copy_in(const char* src, size_t n) {
 }
 
 size_t Tcb::take() {
-  size_t limit = send_limit(stack_.conf_);
+  size_t limit = send_limit(send_limit_);
   size_t before = wait_bytes_;
   while (wait_head_ != nullptr && buffered_ < limit) {
     OutBlock* b = wait_head_;
@@ -238,7 +246,7 @@ void Tcb::drop_unsent() {
   wait_head_ = wait_tail_ = nullptr;
   wait_bytes_ = 0;
   size_t sent = snd_max_ > data_seq_ ? std::min<size_t>(snd_max_ - data_seq_, buffered_) : 0;
-  size_t keep = std::max(sent, std::min<size_t>(buffered_, send_limit(stack_.conf_)));
+  size_t keep = std::max(sent, std::min<size_t>(buffered_, send_limit(send_limit_)));
   size_t seen = 0;
   OutBlock* last = nullptr;
   for (OutBlock* b = head_; b != nullptr;) {

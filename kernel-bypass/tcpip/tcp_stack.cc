@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 
+#include <algorithm>
 #include <cerrno>
 
 #include "absl/strings/str_cat.h"
@@ -33,6 +34,16 @@ TcpStack::~TcpStack() {
 }
 
 size_t TcpStack::idle_connection_bytes() const { return sizeof(Tcb); }
+
+uint32_t TcpStack::listen_rcvbuf(const Listener& l) const {
+  int v = l.socket->conf.rcvbuf;
+  return v < 0 ? conf_.recv_buffer_bytes : std::max(static_cast<uint32_t>(v), kMinRcvbuf);
+}
+
+uint32_t TcpStack::listen_sndbuf(const Listener& l) const {
+  int v = l.socket->conf.sndbuf;
+  return v < 0 ? conf_.send_buffer_bytes : static_cast<uint32_t>(v);
+}
 
 int TcpStack::listen_port(uint16_t port, uint32_t backlog, net::AcceptHandler& handler,
                           const config::ListenSocket* socket) {
@@ -252,7 +263,8 @@ void TcpStack::on_listen_segment(Listener& l, const FourTuple& t, const TcpSegme
     TcpOptions o;
     o.has_mss = true;
     o.mss = static_cast<uint16_t>(ip_.max_l4_payload() - TcpHeader::kMinSize);
-    send_control(t, isn, h.seq + 1, kSyn | kAck, kCookieWindow, o);
+    uint16_t window = static_cast<uint16_t>(std::min(listen_rcvbuf(l), kCookieWindow));
+    send_control(t, isn, h.seq + 1, kSyn | kAck, window, o);
     ++stats_.syn_cookies_sent;
     return;
   }
@@ -260,6 +272,7 @@ void TcpStack::on_listen_segment(Listener& l, const FourTuple& t, const TcpSegme
   table_[t] = tcb;
   ++l.half_open;
   ++stats_.passive_opens;
+  tcb->set_buffer_limits(listen_rcvbuf(l), listen_sndbuf(l));  // before the SYN-ACK: its window scale
   tcb->open_passive(seg, true);
 }
 
@@ -282,6 +295,7 @@ bool TcpStack::accept_cookie(Listener& l, const FourTuple& t, const TcpSegment& 
   ++stats_.passive_opens;
   auto* tcb = new Tcb(*this, t);
   table_[t] = tcb;
+  tcb->set_buffer_limits(listen_rcvbuf(l), listen_sndbuf(l));
   tcb->open_from_cookie(seg, SeqNum{cookie}, kCookieMss[cookie & 7]);
   return true;
 }

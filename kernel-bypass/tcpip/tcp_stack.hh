@@ -10,7 +10,8 @@
 // full segment or delayed_ack_ms); zero-window probes (persist timer); RST handling with RFC 5961 challenge
 // ACKs (rate-limited per connection); ISNs per RFC 6528 (isn.hh); RST for segments to closed ports.
 // SACK (RFC 2018) negotiated on SYN/SYN-ACK with RFC 6675 loss recovery (sack_scoreboard.hh; NewReno
-// for peers without SACK); keep-alive per listening socket (`listen ... so_keepalive=`, RFC 9293 §3.8.4).
+// for peers without SACK); keep-alive per listening socket (`listen ... so_keepalive=`, RFC 9293 §3.8.4);
+// receive and send buffer sizes per listening socket (`listen ... rcvbuf= sndbuf=`, else TcpConfig's).
 // Across cores: every core runs its own TcpStack listening on the same ports; the DPDK layer steers each
 // 4-tuple to one core (dpdk/flow_hash.hh), and connect() only picks ephemeral ports the FlowOwner accepts, so
 // the return traffic of an outgoing connection lands on the connecting core (F-Stack issue 380).
@@ -133,8 +134,12 @@ class TcpStack final : public net::Stack, public L4Handler {
   static constexpr uint32_t kEphemeralProbes = 1024;      // free-port candidates examined per connect()
   static constexpr uint64_t kTimeWaitReuseMs = 1000;      // Linux tcp_tw_reuse: 1 s since the last segment
   static constexpr uint32_t kTimeWaitReuseProbes = 8;     // TIME-WAIT entries examined per connect()
-  static constexpr uint16_t kCookieWindow = 65535;         // window of a SYN cookie's SYN-ACK (unscaled); the
-                                                           // connection the cookie completes starts with it
+  static constexpr uint32_t kCookieWindow = 65535;         // window of a SYN cookie's SYN-ACK (unscaled; at
+                                                           // most the listener's rcvbuf=); the connection
+                                                           // the cookie completes starts with it
+  static constexpr uint32_t kMinRcvbuf = 4096;             // floor of a listener's rcvbuf= (Linux has one too,
+                                                           // SOCK_MIN_RCVBUF): a window below a segment or two
+                                                           // would hold the peer in SWS avoidance
   TcpStack(Interface& ip, reactor::TimerWheel& timers, const Clock& clock, stats::CoreStats& core_stats,
            const TcpConfig& conf);
   ~TcpStack() override;
@@ -186,6 +191,12 @@ class TcpStack final : public net::Stack, public L4Handler {
     uint32_t half_open = 0;
   };
 
+  /// `listen ... rcvbuf= sndbuf=` (nginx; config::ListenConf): the receive buffer (at least kMinRcvbuf) and
+  /// send buffer of connections accepted through `l`, in bytes; TcpConfig's recv_buffer_bytes /
+  /// send_buffer_bytes where the listen line gives none. Set on the TCB before its SYN-ACK
+  /// (Tcb::set_buffer_limits).
+  uint32_t listen_rcvbuf(const Listener& l) const;
+  uint32_t listen_sndbuf(const Listener& l) const;
   void on_listen_segment(Listener& l, const FourTuple& t, const TcpSegment& seg);
   bool accept_cookie(Listener& l, const FourTuple& t, const TcpSegment& seg);
   /// A segment outside any connection (RFC 9293 §3.10.7.1 reset generation, or SYN-ACK cookies).
