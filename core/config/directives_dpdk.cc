@@ -29,18 +29,18 @@ bool parse_ipv4(std::string_view v, uint32_t* out) {
   return true;
 }
 
-// `idle_sleep off|Nus|Nms;` -> microseconds (0: off), 1 us .. 10 ms.
+// `idle_sleep off|Nus|Nms|N;` -> microseconds (0: off), 1 us .. 10 ms. A bare number is milliseconds, as
+// nginx reads its msec-valued directives (ngx_parse_time with is_sec off).
 std::optional<uint32_t> parse_idle_sleep(std::string_view v) {
   if (v == "off") return 0u;
-  uint64_t scale = 0;
+  uint64_t scale = 1000;
   if (v.ends_with("us")) {
     scale = 1;
+    v.remove_suffix(2);
   } else if (v.ends_with("ms")) {
-    scale = 1000;
-  } else {
-    return std::nullopt;
+    v.remove_suffix(2);
   }
-  std::optional<uint64_t> n = parse_number(v.substr(0, v.size() - 2), 10'000);
+  std::optional<uint64_t> n = parse_number(v, 10'000);
   if (!n || *n == 0 || *n * scale > 10'000) return std::nullopt;
   return static_cast<uint32_t>(*n * scale);
 }
@@ -85,7 +85,7 @@ bool set_dpdk_child(Builder& b, DpdkConf& c, const Directive& d, Seen& seen) {
   std::string_view v = d.args[0].value;
   if (d.name == "idle_sleep") {
     std::optional<uint32_t> us = parse_idle_sleep(v);
-    if (!us) return fail_invalid_value(b, d, 0, ", it must be \"off\" or 1us..10ms (\"200us\", \"1ms\")");
+    if (!us) return fail_invalid_value(b, d, 0, ", it must be \"off\" or 1us..10ms (\"200us\", \"1ms\", \"1\" = 1ms)");
     c.idle_sleep_us = *us;
     return true;
   }

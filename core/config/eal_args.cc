@@ -3,6 +3,7 @@
 #include <sched.h>
 
 #include <bitset>
+#include <deque>
 #include <utility>
 #include <vector>
 
@@ -83,6 +84,24 @@ constexpr std::string_view kVdevDrivers[] = {
 };
 
 using Lcores = std::bitset<kMaxLcores>;
+
+// getopt_long's lookup (glibc, as rte_eal_init uses it): the exact name, else the one option `name` is a prefix
+// of. Several candidates: nullptr with *candidates = "--a --b ..." (every EAL option has a value of its own, so
+// glibc calls any two ambiguous). None: nullptr with *candidates empty.
+const Option* find_long(std::string_view name, std::string* candidates) {
+  const Option* found = nullptr;
+  int matches = 0;
+  for (const Option& o : kLong) {
+    if (o.name == name) return &o;
+    if (!o.name.starts_with(name)) continue;
+    found = &o;
+    ++matches;
+    absl::StrAppend(candidates, candidates->empty() ? "" : " ", "--", o.name);
+  }
+  if (matches > 1) return nullptr;
+  candidates->clear();
+  return found;
+}
 
 // "0-3,5" -> ids; false with *why on a syntax error or an id >= kMaxLcores.
 bool parse_lcore_list(std::string_view v, Lcores* out, std::string* why) {
@@ -323,6 +342,7 @@ std::optional<EalArgError> check_eal_args(std::span<const std::string> args, int
   std::string_view lcores_opt;
   std::optional<uint32_t> main_lcore;  // --main-lcore, checked against the lcore set at the end
   size_t main_arg = 0;
+  std::deque<std::string> full_names;  // long options as getopt_long resolved them (stable storage for `shown`)
   for (size_t i = 0; i < args.size(); ++i) {
     std::string_view a = args[i];
     const Option* opt = nullptr;
@@ -330,8 +350,14 @@ std::optional<EalArgError> check_eal_args(std::span<const std::string> args, int
     std::optional<std::string_view> value;
     if (a.starts_with("--") && a.size() > 2) {
       std::pair<std::string_view, std::string_view> nv = absl::StrSplit(a.substr(2), absl::MaxSplits('=', 1));
-      for (const Option& o : kLong) opt = o.name == nv.first ? &o : opt;
+      std::string candidates;
+      opt = nv.first.empty() ? nullptr : find_long(nv.first, &candidates);
       shown = a.substr(0, 2 + nv.first.size());
+      if (!candidates.empty()) {
+        return EalArgError{i, absl::StrCat("ambiguous EAL option \"", shown, "\" (possibilities: ", candidates,
+                                           "; DPDK 22.11)")};
+      }
+      if (opt != nullptr) shown = full_names.emplace_back(absl::StrCat("--", opt->name));  // "--no-hu": --no-huge
       if (a.find('=') != std::string_view::npos) value = nv.second;
     } else if (a.size() >= 2 && a[0] == '-' && a[1] != '-') {
       for (const Option& o : kShort) opt = o.name == a.substr(1, 1) ? &o : opt;

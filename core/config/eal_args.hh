@@ -1,7 +1,9 @@
 // What `kosoku -t` can check in the dpdk block's `eal` arguments without starting DPDK's EAL (which would take
 // the devices, hugepages and lcores of a running instance). Plain C++, no DPDK header: the rules below follow
 // DPDK 22.11's EAL option table (lib/eal/common/eal_common_options.c, the version Debian 12 ships and kosoku
-// links), checked with exact spelling (getopt_long's unique-prefix abbreviations are refused).
+// links). Long options may be abbreviated to a unique prefix, as getopt_long (which rte_eal_init calls) allows:
+// "--no-hu" is --no-huge, "--vd=..." --vdev; an exact name wins over longer ones ("--trace"); a prefix of several
+// ("--no-h": --no-hpet, --no-huge) is refused as ambiguous, as EAL refuses it. Messages name the full option.
 //
 //   - option names: the short options -a -b -c -d -l -m -n -r -s -S (with a value, `-l0` or `-l 0`) and -h -v;
 //     the long options of that table (`--opt=value` or `--opt value` when the value is required; --huge-unlink,

@@ -6,7 +6,8 @@
 //       eal -l 0 --no-huge --no-shconf --no-pci --no-telemetry --vdev=net_tap0,iface=dtap0;
 //       address 10.99.0.2/24;     # the stack's IPv4 address and prefix length
 //       gateway 10.99.0.1;        # optional: next hop for off-link destinations
-//       idle_sleep 200us;         # optional: idle back-off cap (1us..10ms, or off = busy-poll); default 200us
+//       idle_sleep 200us;         # optional: idle back-off cap (1us..10ms, a bare number is ms, or off =
+//                                 # busy-poll); default 200us
 //   }
 //
 // idle_sleep: a worker that found nothing to do (no frame received or sent, nothing from the other cores,
@@ -16,8 +17,8 @@
 // a core instead of 100 %; the cost is up to idle_sleep of extra latency on the first packet after a quiet
 // period. `off` keeps the pure busy-poll.
 //
-// `eal` arguments are checked by `kosoku -t` without starting the EAL: option names (DPDK 22.11, exact
-// spelling), required values, -l/-c/--lcores syntax (lcore ids < 128, leaving room for the worker_processes
+// `eal` arguments are checked by `kosoku -t` without starting the EAL: option names (DPDK 22.11; long ones
+// also as unique prefixes, as getopt_long takes them), required values, -l/-c/--lcores syntax (lcore ids < 128, leaving room for the worker_processes
 // threads the workers register), --vdev=DRIVER[,key=value...] with a linked driver, -a/-b PCI addresses.
 //
 // Limits checked at configuration time (finalize_dpdk): `network dpdk` needs a dpdk block with `eal` and

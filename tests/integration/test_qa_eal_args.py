@@ -79,3 +79,38 @@ def test_appliance_configuration_passes():
     conf = sut.REPO / "conf" / "appliance.conf"
     r = subprocess.run([sut.kosoku_bin(), "-t", "-c", str(conf)], capture_output=True, text=True, timeout=30)
     assert r.returncode == 0, r.stderr
+
+
+# rte_eal_init parses its arguments with getopt_long, which takes a unique prefix of a long option for the option
+# (checked against Debian's DPDK 22.11: each of these starts the EAL) and refuses a prefix of several.
+@pytest.mark.parametrize("eal", ["-l 0 --no-hu --no-shc --no-pc --no-te --log-l=notice",
+                                 "-l 0 --in-mem --main-l 0 --iova=va --vd=net_tap0,iface=qa0",
+                                 "--lc=0@0 --file-p qa-eal --socket-m=64 --trace=eal --huge-u=always"])
+def test_unique_prefixes_of_long_options_pass(tmp_path, eal):
+    r = check(tmp_path, "iface=qa0", eal=eal)
+    assert r.returncode == 0, (eal, r.stderr)
+
+
+@pytest.mark.parametrize("eal, col, message", [
+    ("-l 0 --no-h", 14, 'ambiguous EAL option "--no-h" (possibilities: --no-hpet --no-huge; DPDK 22.11)'),
+    ("-l 0 --tr=eal", 14, 'ambiguous EAL option "--tr" (possibilities: --trace --trace-bufsz --trace-dir '
+                          '--trace-mode; DPDK 22.11)'),
+    ("-l 0 --vd=net_pcap0", 14, 'invalid value of EAL option "--vdev": --vdev "net_pcap0" names no driver'),
+    ("-l 0 --no-hu=1", 14, 'EAL option "--no-huge" takes no value'),
+])
+def test_ambiguous_or_wrong_prefixes_are_refused(tmp_path, eal, col, message):
+    r = check(tmp_path, "iface=qa0", eal=eal)
+    assert r.returncode == 1, (eal, r.stderr)
+    assert f"t.conf:4:{col}: \"eal\": {message}" in r.stderr, r.stderr
+
+
+# `idle_sleep N` (dpdk block): a bare number is milliseconds, as nginx reads its msec-valued directives.
+@pytest.mark.parametrize("value, ok", [("1", True), ("10", True), ("250us", True), ("2ms", True), ("off", True),
+                                       ("11", False), ("0", False), ("1s", False)])
+def test_idle_sleep_takes_a_bare_number_as_milliseconds(tmp_path, value, ok):
+    conf = tmp_path / "t.conf"
+    conf.write_text(CONF.format(kv="iface=qa0").replace("    address", f"    idle_sleep {value};\n    address"))
+    r = subprocess.run([sut.kosoku_bin(), "-t", "-c", str(conf)], capture_output=True, text=True, timeout=30)
+    assert (r.returncode == 0) == ok, (value, r.stderr)
+    if not ok:
+        assert f't.conf:5:16: invalid value "{value}" in "idle_sleep" directive' in r.stderr, r.stderr

@@ -78,16 +78,19 @@ TEST(DpdkConfig, IdleSleepDirective) {
   ASSERT_TRUE(r.ok()) << r.error.message;
   EXPECT_EQ(r.conf->network.dpdk.idle_sleep_us, 200u);  // default
   for (auto [text, us] : std::vector<std::pair<std::string, uint32_t>>{
-           {"off", 0}, {"1us", 1}, {"500us", 500}, {"2ms", 2000}, {"10ms", 10000}}) {
+           {"off", 0}, {"1us", 1}, {"500us", 500}, {"2ms", 2000}, {"10ms", 10000}, {"1", 1000}, {"10", 10000}}) {
     r = config::load_from_string(dpdk_conf("-l 0", "    idle_sleep " + text + ";\n"), "t.conf");
     ASSERT_TRUE(r.ok()) << text << ": " << r.error.message;
     EXPECT_EQ(r.conf->network.dpdk.idle_sleep_us, us) << text;
   }
   EXPECT_EQ(load_error(dpdk_conf("-l 0", "    idle_sleep 11ms;\n")),
             "t.conf:6:16: invalid value \"11ms\" in \"idle_sleep\" directive, it must be \"off\" or 1us..10ms "
-            "(\"200us\", \"1ms\")");
+            "(\"200us\", \"1ms\", \"1\" = 1ms)");
   EXPECT_EQ(load_error(dpdk_conf("-l 0", "    idle_sleep 0us;\n")).substr(0, 12), "t.conf:6:16:");
+  // A bare number is milliseconds (nginx's msec-valued directives): 200 is 200 ms, beyond the cap.
   EXPECT_EQ(load_error(dpdk_conf("-l 0", "    idle_sleep 200;\n")).substr(0, 12), "t.conf:6:16:");
+  EXPECT_EQ(load_error(dpdk_conf("-l 0", "    idle_sleep 0;\n")).substr(0, 12), "t.conf:6:16:");
+  EXPECT_EQ(load_error(dpdk_conf("-l 0", "    idle_sleep ms;\n")).substr(0, 12), "t.conf:6:16:");
   EXPECT_EQ(load_error(dpdk_conf("-l 0", "    idle_sleep off;\n    idle_sleep 1ms;\n")),
             "t.conf:7:5: \"idle_sleep\" directive is duplicate");
 }
@@ -161,6 +164,40 @@ TEST(DpdkConfig, EalArgumentErrorsPointAtTheArgument) {
                        "    address 10.99.0.2/24;\n}\n"),
             "t.conf:5:9: \"eal\": invalid value of EAL option \"--vdev\": --vdev \"foo0\" names no driver linked "
             "into kosoku (net_tap, net_tun, net_af_packet, net_memif, net_ring, net_null, net_virtio_user)");
+}
+
+TEST(DpdkConfig, EalLongOptionsTakeUniquePrefixes) {
+  // rte_eal_init parses with getopt_long: a unique prefix is the option (checked against DPDK 22.11's EAL:
+  // "--no-hu", "--vd=...", "--log-l=notice", "--main-l=0", "--no-te" start it; "--no-h", "--soc=1", "--hu" are
+  // refused as ambiguous).
+  for (const char* eal : {"-l 0 --no-hu -m 128 --no-shc --no-pc --no-te --log-l=notice --vd=net_tap0,iface=t0",
+                          "-l 0 --in-mem --iova=va --main-l=0 --vde net_null0 --file-p kosoku-x",
+                          "--lc=0@0 --socket-m=64 --trace-b=2M --trace-d=/tmp --huge-u=always"}) {
+    config::LoadResult r = config::load_from_string(dpdk_conf(eal), "t.conf");
+    EXPECT_TRUE(r.ok()) << eal << ": " << r.error.message;
+  }
+  const std::pair<const char*, const char*> kCases[] = {
+      {"-l 0 --no-h",
+       "t.conf:4:14: \"eal\": ambiguous EAL option \"--no-h\" (possibilities: --no-hpet --no-huge; DPDK 22.11)"},
+      {"--soc=64 -l 0",
+       "t.conf:4:9: \"eal\": ambiguous EAL option \"--soc\" (possibilities: --socket-limit --socket-mem; "
+       "DPDK 22.11)"},
+      {"-l 0 --l=notice",
+       "t.conf:4:14: \"eal\": ambiguous EAL option \"--l\" (possibilities: --lcores --legacy-mem --log-level; "
+       "DPDK 22.11)"},
+      // A prefix resolves first, then the option's own rules apply under its full name.
+      {"-l 0 --no-hug=1", "t.conf:4:14: \"eal\": EAL option \"--no-huge\" takes no value"},
+      {"-l 0 --vd=net_pcap0",
+       "t.conf:4:14: \"eal\": invalid value of EAL option \"--vdev\": --vdev \"net_pcap0\" names no driver "
+       "linked into kosoku (net_tap, net_tun, net_af_packet, net_memif, net_ring, net_null, net_virtio_user)"},
+      {"-l 0 --lc=1", "t.conf:4:14: \"eal\": EAL option \"--lcores\" repeats the lcores \"-l\" already set (use "
+                      "one of -l, -c, --lcores)"},
+      // Not a prefix of any option: unknown, as before.
+      {"-l 0 --no-hugepages", "t.conf:4:14: \"eal\": unknown EAL option \"--no-hugepages\" (DPDK 22.11)"},
+  };
+  for (const auto& [eal, error] : kCases) EXPECT_EQ(load_error(dpdk_conf(eal)), error) << eal;
+  // An exact name wins over the longer ones it is a prefix of (--trace vs --trace-dir, --trace-bufsz ...).
+  EXPECT_TRUE(config::load_from_string(dpdk_conf("-l 0 --trace=eal --syslog"), "t.conf").ok());
 }
 
 TEST(DpdkConfig, EalLcoresLeaveRoomForTheWorkers) {
