@@ -22,7 +22,8 @@ using namespace tcp_flag;
 
 namespace {
 constexpr uint64_t kWcDelAckMs = 200;  // RFC 8985 §7.2 WCDelAckT
-constexpr uint64_t kTlpMinMs = 10;     // floor on the PTO (a 1 ms tick and jittery RTTs; Linux uses 10 ms too)
+constexpr uint64_t kTlpMinMs = 2;     // floor on the PTO: two 1 ms timer ticks, as Linux's 2·SRTT + 2 jiffies
+                                       // (a 10 ms floor cost tap links with 50 µs RTTs most of their time)
 constexpr uint64_t kNoRttPtoMs = 1000; // §7.2: PTO = 1 s without an RTT sample
 }  // namespace
 

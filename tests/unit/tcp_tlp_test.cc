@@ -1,5 +1,5 @@
 // Tail Loss Probe (RFC 8985 §7) in kosoku's TCP: two stacks through the in-memory link (tests/unit/tcp_pipe.hh,
-// 1 ms one-way, so SRTT ≈ 2 ms and PTO = its 10 ms floor), tail losses scripted with the link's tap, and
+// 1 ms one-way, so SRTT ≈ 2 ms and PTO = 2·SRTT ≈ 4 ms), tail losses scripted with the link's tap, and
 // random loss with a fixed seed compared with the probe turned off (TcpConfig::tail_loss_probe).
 #include <gtest/gtest.h>
 
@@ -78,7 +78,7 @@ TEST(TcpTlp, DroppedTailSegmentIsRecoveredByAProbeNotAnRto) {
   EXPECT_TRUE(r.exact);
   EXPECT_EQ(r.rto, 0u);
   EXPECT_EQ(r.probes, 1u);
-  // PTO = max(2·SRTT, 10 ms) after the last ACK, then one RTT: far below rto_min_ms (200 ms).
+  // PTO = max(2·SRTT, 2 ms) after the last ACK, then one RTT: far below rto_min_ms (200 ms).
   EXPECT_LT(r.ms, 40u);
   // The same loss without the probe waits for the RTO.
   TailLoss off = tail_loss(conf(true, false), 8 * 1000, 1);
