@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <string>
+#include <vector>
 
 #include "core/config/conf.hh"
 #include "core/config/loader.hh"
@@ -244,6 +245,49 @@ TEST(ListenBuffers, SndbufBoundsTheSendBufferAndTheTransferCompletes) {
   // The client's own connection (not accepted through the listener) keeps TcpConfig's sizes.
   EXPECT_EQ(tcb(client).send_buffer_limit(), tcpip::TcpConfig{}.send_buffer_bytes);
   EXPECT_EQ(tcb(client).recv_buffer_limit(), tcpip::TcpConfig{}.recv_buffer_bytes);
+}
+
+TEST(ListenBuffers, SynCookieConnectionsTakeThemToo) {
+  // Backlog of one: the second SYN is answered with a cookie, whose SYN-ACK (no window scaling) offers
+  // min(65535, rcvbuf); the connection the cookie completes gets the listener's buffers. The test plays the
+  // client: the server's SYN-ACKs are recorded and kept from side 0's stack (which would reset them).
+  Link link;
+  Sink sink;
+  std::vector<TcpSegment> syn_acks;
+  link.tap = [&](int from, const TcpSegment& seg) {
+    if (from != 1 || !seg.header.has(kSyn)) return true;
+    syn_acks.push_back(seg);
+    return false;
+  };
+  config::ListenSocket ls = socket_with(8 * 1024, 20 * 1024);
+  ASSERT_EQ(link.tcp(1).listen_port(kPort, 1, sink, &ls), 0);
+  tcpip::TcpHeader h;
+  h.dst_port = kPort;
+  h.flags = kSyn;
+  h.window = 65535;
+  h.seq = tcpip::SeqNum{5000};
+  tcpip::TcpOptions mss;
+  mss.has_mss = true;
+  mss.mss = 1460;
+  for (uint16_t port : {41000, 41001}) {  // half-open, then overflow
+    h.src_port = port;
+    link.inject(0, h, mss, {});
+    link.run_for(5);
+  }
+  ASSERT_EQ(link.tcp(1).stats().syn_cookies_sent, 1u);
+  ASSERT_EQ(syn_acks.size(), 2u);
+  EXPECT_EQ(syn_acks[0].header.window, 8192);  // the regular SYN-ACK
+  EXPECT_EQ(syn_acks[1].header.window, 8192);  // the cookie's
+  EXPECT_FALSE(syn_acks[1].options.has_window_scale);
+  h.src_port = 41001;
+  h.seq = tcpip::SeqNum{5001};
+  h.ack = syn_acks[1].header.seq + 1;
+  h.flags = kAck;
+  link.inject(0, h, tcpip::TcpOptions{}, {});
+  ASSERT_EQ(link.tcp(1).stats().syn_cookies_ok, 1u);
+  ASSERT_NE(sink.stream, nullptr);
+  EXPECT_EQ(tcb(sink.stream).recv_buffer_limit(), 8192u);
+  EXPECT_EQ(tcb(sink.stream).send_buffer_limit(), 20u * 1024);
 }
 
 }  // namespace
