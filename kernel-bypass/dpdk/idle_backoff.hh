@@ -2,7 +2,8 @@
 // style: a core that keeps polling an empty RX queue burns a host CPU for nothing, so after kSpinNs without
 // work it sleeps in short, escalating steps (kFirstSleepNs, doubling, up to the configured cap), never past
 // its next timer deadline, and goes back to pure busy-polling on the first work. Plain C++ (the decision
-// only; CoreStack, backend.hh, does the sleeping in io_uring so a completion or a wake() ends it early).
+// only; CoreStack, backend.hh, does the sleeping in io_uring so a completion or a wake() ends it early, and
+// where the port gives the RX queue an interrupt fd (net_tap) a poll on it ends the sleep when a frame comes).
 #pragma once
 
 #include <algorithm>
@@ -14,6 +15,8 @@ struct IdleStats {
   uint64_t sleeps = 0;    // sleeps taken
   uint64_t slept_ns = 0;  // time spent in them (measured, ns)
   uint64_t wakeups_sent = 0;  // wake()s sent to sleeping cores this core forwarded frames to
+  uint64_t rx_wakeups = 0;    // sleeps ended by a frame on the RX queue (its interrupt fd became readable)
+  uint64_t rx_kicks = 0;      // net_tap: an empty burst on a readable queue, its RX signal raised (backend.cc)
 };
 
 class IdleBackoff {

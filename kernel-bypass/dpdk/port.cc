@@ -44,6 +44,9 @@ std::unique_ptr<Port> Port::open(const PortConfig& conf, std::string* err) {
     ec.rx_adv_conf.rss_conf.rss_key_len = static_cast<uint8_t>(key.size());
     ec.rx_adv_conf.rss_conf.rss_hf = kRssTypes & info.flow_type_rss_offloads;
   }
+  // RX interrupts only where each queue's fd is known to be pollable: net_tap's is the queue's tap fd itself.
+  bool rx_intr = conf.rx_interrupts && p->driver_ == "net_tap";
+  if (rx_intr) ec.intr_conf.rxq = 1;
   if (p->tx_csum_) ec.txmode.offloads = tx_csum;
   if (p->rx_csum_) ec.rxmode.offloads = rx_csum;
   if (int rc = rte_eth_dev_configure(conf.port_id, p->pairs_, p->pairs_, &ec); rc != 0) {
@@ -81,6 +84,12 @@ std::unique_ptr<Port> Port::open(const PortConfig& conf, std::string* err) {
   }
   if (int rc = rte_eth_dev_start(conf.port_id); rc != 0) return fail("rte_eth_dev_start: " + rc_text(rc));
   p->started_ = true;
+  p->rx_intr_fds_.assign(p->pairs_, -1);
+  for (uint16_t q = 0; rx_intr && q < p->pairs_; ++q) {
+    int fd = rte_eth_dev_rx_intr_ctl_q_get_fd(conf.port_id, q);
+    p->rx_intr_fds_[q] = fd >= 0 ? fd : -1;
+    if (fd >= 0) rte_eth_dev_rx_intr_enable(conf.port_id, q);  // net_tap's fd is readable either way
+  }
   p->reta_size_ = info.reta_size;
   if (p->pairs_ == 1) {
     p->rss_note_ = conf.cores == 1 ? "one core" : "one queue pair";
@@ -188,6 +197,9 @@ stats::ExtraSection Port::stats_section() const {
       tx_csum_ ? 1 : 0, {{"port", port}});
   add("dpdk_rx_checksum_offload", "1 if the port verifies IPv4/TCP checksums on RX, 0 if software", kGauge,
       rx_csum_ ? 1 : 0, {{"port", port}});
+  add("dpdk_rx_interrupts", "RX queues whose frames wake an idle worker at once (idle_sleep; net_tap)", kGauge,
+      double(std::count_if(rx_intr_fds_.begin(), rx_intr_fds_.end(), [](int fd) { return fd >= 0; })),
+      {{"port", port}});
   if (!xstat_names_.empty()) {
     std::vector<rte_eth_xstat> xs(xstat_names_.size());
     int n = rte_eth_xstats_get(conf_.port_id, xs.data(), static_cast<unsigned>(xs.size()));

@@ -36,6 +36,10 @@ struct PortConfig {
   uint32_t mbuf_cache = 256;        // per-lcore mempool cache
   bool promiscuous = true;          // tap/virtio may filter unicast otherwise
   bool checksum_offload = true;     // use the port's IPv4/TCP checksum offloads when it offers them
+  bool rx_interrupts = false;       // RX queue interrupts (intr_conf.rxq) where the PMD is known to give each
+                                    // queue a pollable fd (net_tap: the queue's tap fd): an idle worker sleeps
+                                    // until a frame arrives, and an empty burst on a readable queue raises the
+                                    // PMD's RX signal (backend.cc); other PMDs: none
 };
 
 class Port {
@@ -67,12 +71,15 @@ class Port {
   uint32_t reta_size() const { return reta_size_; }
   bool tx_checksum_offload() const { return tx_csum_; }
   bool rx_checksum_offload() const { return rx_csum_; }
+  /// The pollable fd that becomes readable when queue `q` has frames (rte_eth_dev_rx_intr_ctl_q_get_fd), or
+  /// -1: no RX interrupts (not requested, not supported by the PMD, or the fd could not be had).
+  int rx_interrupt_fd(uint16_t q) const { return q < rx_intr_fds_.size() ? rx_intr_fds_[q] : -1; }
 
   /// rte_eth_stats_get as a stats section "dpdk_port" (labels port="N"): dpdk_rx_packets_total,
   /// dpdk_tx_packets_total, dpdk_rx_bytes_total, dpdk_tx_bytes_total, dpdk_rx_missed_total,
   /// dpdk_rx_errors_total, dpdk_tx_errors_total, dpdk_rx_nombuf_total, and the gauges dpdk_mempool_available
   /// (free mbufs, label core="C"), dpdk_link_up, dpdk_queue_pairs, dpdk_rss_programmed, dpdk_tx_checksum_offload,
-  /// dpdk_rx_checksum_offload (1 = the port does it, 0 = software), and every extended statistic of the PMD
+  /// dpdk_rx_checksum_offload (1 = the port does it, 0 = software), dpdk_rx_interrupts (queues with a wake fd), and every extended statistic of the PMD
   /// as dpdk_xstat_total{name="..."} (rte_eth_xstats_get). Any thread (the PMD's counters may be a few µs
   /// stale).
   stats::ExtraSection stats_section() const;
@@ -94,6 +101,7 @@ class Port {
   uint16_t pairs_ = 1;
   uint32_t reta_size_ = 0;
   std::vector<std::string> xstat_names_;
+  std::vector<int> rx_intr_fds_;  // per queue pair, -1: none
   bool started_ = false;
 };
 

@@ -47,6 +47,7 @@ struct QueueConfig {
   uint16_t mtu = 1500;            // IPv4 MTU (frames up to mtu + 14 bytes)
   bool tx_checksum_offload = false;
   bool rx_checksum_offload = false;
+  int rx_interrupt_fd = -1;       // readable when the RX queue has frames (Port::rx_interrupt_fd), -1: none
 };
 
 class Queue final : public tcpip::PacketIO {

@@ -172,6 +172,35 @@ def test_idle_worker_sleeps_yet_answers_promptly(make_rig):
     assert busy_demand > 0.8, busy_demand
 
 
+def _metric(rig: OpsRig, name: str) -> float:
+    """The first sample of a metric on the status page (prometheus format), e.g. kosoku_dpdk_rx_interrupts."""
+    status = rig.ns_run("curl", "-sS", "-m", "5", f"http://{rig.addr}:{PORT}/status?format=prometheus").stdout
+    lines = [l for l in status.splitlines() if l.startswith(name + "{") or l.startswith(name + " ")]
+    assert lines, f"{name} not on the status page"
+    return float(lines[0].split()[-1])
+
+
+def test_a_frame_ends_the_idle_sleep_at_once(make_rig):
+    # With the longest back-off (10 ms steps once idle), the worker sleeps on its io_uring; net_tap gives its RX
+    # queue a pollable fd, and a poll on it ends the sleep when the SYN arrives instead of at the step's end.
+    rig = make_rig(2, dpdk_extra="    idle_sleep 10ms;")
+    assert _metric(rig, "kosoku_dpdk_rx_interrupts") == 1
+    before = _metric(rig, "kosoku_dpdk_idle_rx_wakeups_total")
+    connect = []
+    for _ in range(10):
+        time.sleep(0.2)  # idle: the back-off is at its 10 ms step
+        r = rig.ns_run("curl", "-s", "-m", "2", "-o", "/dev/null", "-w", "%{http_code} %{time_connect}",
+                       f"http://{rig.addr}:{PORT}/1k.bin", check=False)
+        code, _, took = r.stdout.partition(" ")
+        assert code == "200", r.stdout
+        connect.append(float(took))
+    woke = _metric(rig, "kosoku_dpdk_idle_rx_wakeups_total") - before
+    connect.sort()
+    print(f"10 SYNs after 200 ms idle, idle_sleep 10ms: {woke:.0f} sleeps ended by a frame; connect times "
+          f"{[round(c * 1000, 2) for c in connect]} ms; load {os.getloadavg()}")
+    assert woke >= 10, woke  # at least every SYN (and the /status requests) ended a sleep
+
+
 CLIENT_HOLD = """
 import socket, sys, time
 addr, port, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
