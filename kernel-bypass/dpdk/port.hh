@@ -79,8 +79,8 @@ class Port {
   /// dpdk_tx_packets_total, dpdk_rx_bytes_total, dpdk_tx_bytes_total, dpdk_rx_missed_total,
   /// dpdk_rx_errors_total, dpdk_tx_errors_total, dpdk_rx_nombuf_total, and the gauges dpdk_mempool_available
   /// (free mbufs, label core="C"), dpdk_link_up, dpdk_queue_pairs, dpdk_rss_programmed, dpdk_tx_checksum_offload,
-  /// dpdk_rx_checksum_offload (1 = the port does it, 0 = software), dpdk_rx_interrupts (queues with a wake fd), and every extended statistic of the PMD
-  /// as dpdk_xstat_total{name="..."} (rte_eth_xstats_get). Any thread (the PMD's counters may be a few µs
+  /// dpdk_rx_checksum_offload (1 = the port does it, 0 = software), dpdk_rx_interrupts (queues with a wake
+  /// fd), and every extended statistic of the PMD as dpdk_xstat_total{name="..."} (rte_eth_xstats_get). Any thread (the PMD's counters may be a few µs
   /// stale).
   stats::ExtraSection stats_section() const;
 

@@ -7,11 +7,11 @@
 // tolerates reordering up to reo_wnd (min_RTT / 4, grown on D-SACKs, §6.2 step 4).
 //
 // The record: one entry per transmitted segment in sequence order, [start, end) with its last transmission
-// time (µs) and transmission counter, whether it was ever retransmitted, whether it is marked lost (and not retransmitted since), and
-// whether it is wholly SACKed. New data appends (O(1)); a retransmission updates the entries it covers,
-// splitting an entry when its edges differ; a cumulative ACK drops entries from the front. 24 bytes per
-// segment in flight, allocated with the first segment sent and freed by release(). Pure arithmetic: no timers, no I/O (the TCB arms the reordering timer with the delay
-// detect_loss() returns).
+// time (µs) and transmission counter, whether it was ever retransmitted, whether it is marked lost (and not
+// retransmitted since), and whether it is wholly SACKed. New data appends (O(1)); a retransmission updates
+// the entries it covers, splitting an entry when its edges differ; a cumulative ACK drops entries from the
+// front. 24 bytes per segment in flight, allocated with the first segment sent and freed by release(). Pure
+// arithmetic: no timers, no I/O (the TCB arms the reordering timer with the delay detect_loss() returns).
 //
 // Pipe (RFC 6675 SetPipe with RACK's marks, as Linux's packets_out - sacked_out - lost_out + retrans_out):
 // octets of entries neither SACKed nor marked lost; a retransmitted entry counts once (its original is

@@ -2,14 +2,16 @@
 //
 // Send side (tcb_send_buffer.cc): like a kernel socket, the TCB takes the application's output into its own
 // send buffer — owned blocks, which are also the retransmission queue — up to send_buffer_bytes
-// (TcpConfig, the SO_SNDBUF analogue): committed bytes stay where reserve() put them, write_ref bytes are
-// copied, so the caller's buffer is free at once. Output beyond the limit waits in order (write_ref blocks by
-// reference) and is taken as ACKs free room. pending_output() is the output not taken yet (waiting bytes, plus
-// any committed overshoot of the limit); on_writable fires when an ACK lets it drop to the low-water mark.
+// (TcpConfig, the SO_SNDBUF analogue, or the listener's sndbuf=): committed bytes stay where reserve() put
+// them, write_ref bytes are copied, so the caller's buffer is free at once. Output beyond the limit waits in
+// order (write_ref blocks by reference) and is taken as ACKs free room. pending_output() is the output not
+// taken yet (waiting bytes, plus any committed overshoot of the limit); on_writable fires when an ACK lets it
+// drop to the low-water mark.
 // Each segment copies its payload from the send buffer into the frame buffer (found through a cursor, no
 // per-segment allocation). In flight ≤ min(cwnd, peer window, send_window_bytes).
 // Receive side: in-order bytes in a contiguous input buffer (Stream::input), out-of-order segments in a
-// sorted list; both together never exceed recv_buffer_bytes, which is what the advertised window says.
+// sorted list; both together never exceed the receive buffer (TcpConfig::recv_buffer_bytes, or the listener's
+// rcvbuf=; recv_buffer_limit()), which is what the advertised window says.
 // The right window edge never moves left (RFC 9293 §3.8.6.2.2 / MUST-34).
 //
 // Close: kGraceful sends what is queued then FIN, discards further input, and reports on_closed once both

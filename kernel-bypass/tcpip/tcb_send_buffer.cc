@@ -15,8 +15,9 @@
 //
 // Cost: one copy of write_ref bytes into the buffer (64 KiB blocks; up to kMaxSpare acknowledged ones are
 // kept for reuse, so a long transfer does not malloc/free and fault in fresh pages per block; they go with
-// the other buffers after kReleaseIdleMs idle or in TIME-WAIT), one copy per segment into the frame. copy_out finds its block through a cursor (the block read last), so a
-// multi-MB buffer is not walked from the head for every segment.
+// the other buffers after kReleaseIdleMs idle or in TIME-WAIT), one copy per segment into the frame. copy_out
+// finds its block through a cursor (the block read last), so a multi-MB buffer is not walked from the head
+// for every segment.
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
