@@ -162,11 +162,9 @@ struct Outcome {
   uint64_t recoveries = 0, undos = 0;
 };
 
-Outcome finish(Link& link, Sink& sink, Source& source, uint64_t start, uint64_t max_ms = 600'000) {
-  Outcome r;
-  EXPECT_TRUE(link.run_until([&] { return sink.closed && source.closed; }, max_ms));
-  r.ms = link.clock().ms - start;
-  r.exact = sink.received == source.data;
+// The sender's (side 0) loss-recovery counters.
+void read_counters(Link& link, Outcome* out) {
+  Outcome& r = *out;
   const TcpStats& s = link.tcp(0).stats();
   r.rto = s.rto_expired;
   r.probes = s.tlp_probes;
@@ -176,27 +174,27 @@ Outcome finish(Link& link, Sink& sink, Source& source, uint64_t start, uint64_t 
   r.dsacks = s.dsacks_in;
   r.recoveries = s.sack_recoveries;
   r.undos = s.dsack_undos;
-  return r;
 }
 
-// Client (side 0) sends `size` bytes and closes; `drop(index, seg)` may drop client data segments (index:
-// 1-based among the client's data segments, retransmissions included).
-template <typename Drop>
-Outcome transfer(TcpConfig c, size_t size, Drop drop) {
+// Client (side 0) sends `size` pattern bytes (seed `seed`) and closes; `setup` may script the link first
+// (faults, random loss, a tap). Runs until both sides closed.
+template <typename Setup>
+Outcome transfer(TcpConfig c, size_t size, uint32_t seed, Setup setup) {
   Link link(c);
-  int index = 0;
-  link.tap = [&](int from, const TcpSegment& seg) {
-    if (from != 0 || seg.payload.empty()) return true;
-    return !drop(++index, seg);
-  };
+  setup(link);
   Sink sink;
   Source source;
-  source.data = pattern_bytes(size, 5);
+  source.data = pattern_bytes(size, seed);
   EXPECT_EQ(link.tcp(1).listen_port(kPort, 16, sink), 0);
   std::string err;
   uint64_t start = link.clock().ms;
   EXPECT_NE(link.tcp(0).connect_from(0, link.addr(1), kPort, source, &err), nullptr) << err;
-  return finish(link, sink, source, start);
+  Outcome r;
+  EXPECT_TRUE(link.run_until([&] { return sink.closed && source.closed; }, 600'000));
+  r.ms = link.clock().ms - start;
+  r.exact = sink.received == source.data;
+  read_counters(link, &r);
+  return r;
 }
 
 TEST(TcpRack, LostRetransmissionIsResentWithoutAnRto) {
@@ -205,9 +203,13 @@ TEST(TcpRack, LostRetransmissionIsResentWithoutAnRto) {
   auto run = [](bool rack) {
     std::set<uint32_t> target;
     int target_sent = 0;
-    Outcome r = transfer(conf(rack), 256 * 1024, [&](int i, const TcpSegment& seg) {
-      if (i == 30) target.insert(seg.header.seq.v);
-      return target.count(seg.header.seq.v) > 0 && ++target_sent <= 2;
+    int index = 0;
+    Outcome r = transfer(conf(rack), 256 * 1024, 5, [&](Link& link) {
+      link.tap = [&](int from, const TcpSegment& seg) {
+        if (from != 0 || seg.payload.empty()) return true;
+        if (++index == 30) target.insert(seg.header.seq.v);
+        return !(target.count(seg.header.seq.v) > 0 && ++target_sent <= 2);
+      };
     });
     EXPECT_EQ(target_sent, 3);
     return r;
@@ -244,9 +246,7 @@ TEST(TcpRack, LossInASmallWindowNeedsNoDupThreshSegments) {
     EXPECT_TRUE(link.run_until([&] { return sink.received.size() == data.size(); }, 5000));
     r.ms = link.clock().ms - start;
     r.exact = sink.received == data;
-    r.rto = link.tcp(0).stats().rto_expired;
-    r.probes = link.tcp(0).stats().tlp_probes;
-    r.rack_lost = link.tcp(0).stats().rack_lost;
+    read_counters(link, &r);
     return r;
   };
   Outcome with = run(true), without = run(false);
@@ -268,16 +268,7 @@ TEST(TcpRack, RandomLossCompletesFasterThanDupThresh) {
   for (uint32_t seed : {42u, 7u, 1234u, 99u, 2024u, 31337u}) {
     Outcome r[2];
     for (int rack = 0; rack < 2; ++rack) {
-      Link link(conf(rack == 1));
-      link.set_loss(0.05, seed);
-      Sink sink;
-      Source source;
-      source.data = pattern_bytes(512 * 1024, 11);
-      EXPECT_EQ(link.tcp(1).listen_port(kPort, 16, sink), 0);
-      std::string err;
-      uint64_t start = link.clock().ms;
-      EXPECT_NE(link.tcp(0).connect_from(0, link.addr(1), kPort, source, &err), nullptr) << err;
-      r[rack] = finish(link, sink, source, start);
+      r[rack] = transfer(conf(rack == 1), 512 * 1024, 11, [&](Link& link) { link.set_loss(0.05, seed); });
       EXPECT_TRUE(r[rack].exact) << seed;
     }
     std::printf("seed %u: RACK %llu ms (%llu RTOs, %llu lost retransmissions); DupThresh %llu ms (%llu RTOs)\n",
@@ -333,19 +324,12 @@ TEST(TcpRack, ReorderedSegmentsCauseFewerSpuriousRetransmissions) {
   // opens reo_wnd and the later ones are waited for. Each recovery whose only retransmission comes back as a
   // D-SACK has its window reduction undone (RFC 3708).
   auto run = [](bool rack) {
-    Link link(conf(rack));
-    for (int n = 40; n < 700; n += 40) {
-      link.add_fault({.from = 0, .match = testing::Match::kData, .nth = n, .action = testing::Action::kDelay,
-                      .delay_ms = 1});
-    }
-    Sink sink;
-    Source source;
-    source.data = pattern_bytes(1 << 20, 12);
-    EXPECT_EQ(link.tcp(1).listen_port(kPort, 16, sink), 0);
-    std::string err;
-    uint64_t start = link.clock().ms;
-    EXPECT_NE(link.tcp(0).connect_from(0, link.addr(1), kPort, source, &err), nullptr) << err;
-    return finish(link, sink, source, start);
+    return transfer(conf(rack), 1 << 20, 12, [](Link& link) {
+      for (int n = 40; n < 700; n += 40) {
+        link.add_fault({.from = 0, .match = testing::Match::kData, .nth = n, .action = testing::Action::kDelay,
+                        .delay_ms = 1});
+      }
+    });
   };
   Outcome with = run(true), without = run(false);
   std::printf("reordering: RACK %llu retransmissions (%llu D-SACKs, %llu undos) %llu ms, DupThresh %llu (%llu "
