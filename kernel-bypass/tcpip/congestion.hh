@@ -5,6 +5,13 @@
 // With SACK (RFC 6675) the same window arithmetic is driven differently: enter_sack_recovery() sets
 // cwnd = ssthresh once, the pipe estimate (sack_scoreboard.hh) replaces dupack inflation/partial-ACK
 // deflation, and on_sack_recovery_ack() ends recovery at RecoveryPoint.
+// PRR (RFC 6937, PRR-SSRB): during SACK recovery cwnd is not set to ssthresh at once; each ACK's delivered
+// octets release a proportional share (ssthresh / RecoverFS) of new transmissions while pipe > ssthresh, and
+// the slow-start reduction bound lets the window catch up to ssthresh once pipe fell below it — so the ACK
+// clock keeps running through recovery (RFC 6675 sends nothing until half the flight is acknowledged, then a
+// burst) and recovery ends with cwnd = ssthresh.
+// Window growth only while the sender was cwnd-limited (RFC 7661 §4.3 / Linux tcp_is_cwnd_limited): an
+// application-limited connection does not inflate cwnd it never used.
 #pragma once
 
 #include <algorithm>
@@ -27,15 +34,19 @@ class NewReno {
     recovery_ = false;
   }
 
+  /// RFC 6937 PRR in SACK recovery (default on; off: RFC 6675's cwnd = ssthresh at entry).
+  void set_prr(bool on) { prr_ = on; }
   uint32_t cwnd() const { return cwnd_; }
   uint32_t ssthresh() const { return ssthresh_; }
   bool in_recovery() const { return recovery_; }
   unsigned dupacks() const { return dupacks_; }
 
   /// An ACK advanced SND.UNA to `ack`, acknowledging `acked` bytes; `flight` = bytes outstanding after it.
+  /// `cwnd_limited`: cwnd, not the peer's window or the application, limited what was sent in the last
+  /// round; without it cwnd does not grow (RFC 7661 §4.3).
   /// Returns true for a partial ACK during recovery: the caller retransmits the first unacknowledged
   /// segment and restarts the retransmission timer (RFC 6582 §3.2 step 3).
-  bool on_ack(SeqNum ack, uint32_t acked, uint32_t flight) {
+  bool on_ack(SeqNum ack, uint32_t acked, uint32_t flight, bool cwnd_limited = true) {
     dupacks_ = 0;
     if (recovery_) {
       if (ack >= recover_) {  // full ACK (step 4): deflate
@@ -48,6 +59,7 @@ class NewReno {
       cwnd_ = std::max(cwnd_, smss_);
       return true;
     }
+    if (!cwnd_limited) return false;
     if (cwnd_ < ssthresh_) {
       cwnd_ += std::min(acked, smss_);
     } else {
@@ -81,26 +93,60 @@ class NewReno {
   unsigned count_dupack() { return ++dupacks_; }
   /// RFC 6675 §5 steps (4.1)/(4.2): RecoveryPoint = HighData (snd_max), ssthresh = cwnd = max(FlightSize/2,
   /// 2·SMSS) (RFC 5681 eq. 4).
+  /// With PRR, cwnd is left as it was and RecoverFS = flight (RFC 6937 §3); prr_ack() takes over.
   void enter_sack_recovery(uint32_t flight, SeqNum snd_max) {
     prior_cwnd_ = cwnd_;
     prior_ssthresh_ = ssthresh_;
     ssthresh_ = std::max(flight / 2, 2 * smss_);
-    cwnd_ = ssthresh_;
+    if (!prr_) cwnd_ = ssthresh_;
+    recover_fs_ = std::max(flight, 1u);
+    prr_delivered_ = prr_out_ = 0;
+    sndcnt_ = 0;
     recover_ = snd_max;
     have_recover_ = true;
     recovery_ = true;
     dupacks_ = 0;
   }
-  /// A cumulative ACK during SACK recovery: cwnd stays at ssthresh (pipe does the accounting); an ACK at or
-  /// beyond RecoveryPoint ends recovery. Returns true when it ended.
+  /// A cumulative ACK during SACK recovery: an ACK at or beyond RecoveryPoint ends recovery (cwnd =
+  /// ssthresh, RFC 6937 §3 "on exiting recovery"). Returns true when it ended.
   bool on_sack_recovery_ack(SeqNum ack) {
     dupacks_ = 0;
     if (ack >= recover_) {
       recovery_ = false;
+      if (prr_) cwnd_ = ssthresh_;
       return true;
     }
     return false;
   }
+
+  /// PRR is pacing this recovery (SACK recovery with set_prr(true)).
+  bool prr_active() const { return prr_ && recovery_; }
+  /// RFC 6937 §3, one ACK in SACK recovery (its entry ACK included): `delivered` = octets this ACK newly
+  /// delivered (SND.UNA's advance + the change in SACKed octets), `pipe` = RFC 6675 pipe after it. Sets the
+  /// send quota sndcnt (bytes; may be ≤ 0) and cwnd = pipe + max(sndcnt, 0).
+  void prr_ack(uint32_t delivered, uint32_t pipe) {
+    if (!prr_active()) return;
+    prr_delivered_ += delivered;
+    int64_t sndcnt;
+    if (pipe > ssthresh_) {  // proportional rate reduction: CEIL(prr_delivered · ssthresh / RecoverFS) - prr_out
+      uint64_t share = (prr_delivered_ * ssthresh_ + recover_fs_ - 1) / recover_fs_;
+      sndcnt = static_cast<int64_t>(share) - static_cast<int64_t>(prr_out_);
+    } else {  // slow-start reduction bound: catch up to ssthresh, at most one SMSS beyond what was delivered
+      int64_t limit = std::max<int64_t>(static_cast<int64_t>(prr_delivered_) - static_cast<int64_t>(prr_out_),
+                                        delivered) + smss_;
+      sndcnt = std::min<int64_t>(static_cast<int64_t>(ssthresh_ - pipe), limit);
+    }
+    sndcnt_ = std::max<int64_t>(sndcnt, 0);
+    cwnd_ = pipe + static_cast<uint32_t>(sndcnt_);
+  }
+  /// Octets (re)transmitted in recovery: counted in prr_out and taken from the quota.
+  void prr_sent(uint32_t bytes) {
+    if (!prr_active()) return;
+    prr_out_ += bytes;
+    sndcnt_ -= bytes;
+  }
+  /// Bytes PRR still lets go on this ACK (> 0: send one more segment).
+  int64_t prr_quota() const { return sndcnt_; }
 
   /// The reduction made when the last SACK recovery started was spurious (every retransmission of it came
   /// back as a D-SACK, RFC 2883 §5 / RFC 3708): cwnd and ssthresh go back to at least their values before it
@@ -128,6 +174,9 @@ class NewReno {
   bool recovery_ = false;
   bool have_recover_ = false;
   SeqNum recover_;
+  bool prr_ = true;
+  uint64_t recover_fs_ = 1, prr_delivered_ = 0, prr_out_ = 0;  // RFC 6937 RecoverFS, prr_delivered, prr_out
+  int64_t sndcnt_ = 0;                                           // PRR's quota left for this ACK, bytes
   uint32_t prior_cwnd_ = 0, prior_ssthresh_ = 0;  // before the last SACK recovery's reduction (undo)
 };
 

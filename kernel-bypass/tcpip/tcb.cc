@@ -75,6 +75,7 @@ void Tcb::take_syn_options(const TcpOptions& o, bool we_offered) {
   size_t our_mss = stack_.ip_.max_l4_payload() - TcpHeader::kMinSize;
   mss_ = static_cast<uint16_t>(std::min<size_t>(peer_mss_, our_mss) - (ts_ok_ ? 12 : 0));
   cc_.reset(mss_);
+  cc_.set_prr(stack_.conf_.prr);
 }
 
 void Tcb::open_passive(const TcpSegment& syn, bool listener_backlog) {
@@ -333,7 +334,7 @@ void Tcb::process_ack(const TcpSegment& seg) {
     snd_una_ = ack;
     retries_ = 0;
     uint32_t flight = snd_max_ - snd_una_;
-    if (!sack_ok_ && cc_.on_ack(ack, acked, flight)) {  // NewReno partial ACK: resend the next hole now
+    if (!sack_ok_ && cc_.on_ack(ack, acked, flight, cwnd_limited_round())) {  // NewReno partial ACK: resend the next hole now
       size_t len = std::min<size_t>(buffered_, mss_);
       if (len > 0) {
         send_segment(snd_una_, len, kAck);
@@ -664,11 +665,18 @@ void Tcb::send_segment(SeqNum seq, size_t len, uint8_t flags) {
     stack_.ip_.fill_tcp_checksum(out, tuple_.local, tuple_.remote);  // pseudo-header only with TX offload
   }, stack_.now_ms());
   ++stack_.stats_.segments_out;
+  if (len > 0) cc_.prr_sent(static_cast<uint32_t>(len));  // RFC 6937 prr_out (a no-op outside SACK recovery)
   if (flags & kAck) {
     last_ack_sent_ = rcv_nxt_;
     unacked_segments_ = 0;
     if (delack_timer_.armed()) stack_.timers_.cancel(delack_timer_);
   }
+}
+
+bool Tcb::cwnd_limited_round() {
+  bool limited = cwnd_limited_;
+  if (limited && !(snd_una_ < cwnd_limited_end_)) cwnd_limited_ = false;  // the round is over: output() decides anew
+  return limited;
 }
 
 void Tcb::send_rst(SeqNum seq) {
@@ -692,8 +700,14 @@ void Tcb::output() {
     sack_send();  // RFC 6675: pipe, not cwnd - flight, clocks what goes out
   } else {
     if (rack_on() && rack_.any_lost() && snd_nxt_ < snd_max_) rack_retransmit_lost();  // lost in the go-back
-    uint32_t wnd = std::min({snd_wnd_, cc_.cwnd(), stack_.conf_.send_window_bytes});
+    uint32_t peer = std::min(snd_wnd_, stack_.conf_.send_window_bytes);
+    uint32_t wnd = std::min(peer, cc_.cwnd());
     while (send_next(wnd)) {
+    }
+    size_t unsent = buffered_ - std::min<size_t>(snd_nxt_ - data_seq_, buffered_);
+    if (unsent > 0 && wnd < peer && (snd_max_ - snd_una_) + mss_ > wnd) {
+      cwnd_limited_ = true;
+      cwnd_limited_end_ = snd_max_;
     }
   }
   size_t sent = std::min<size_t>(snd_nxt_ - data_seq_, out_bytes_);

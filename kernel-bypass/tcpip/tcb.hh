@@ -127,6 +127,8 @@ class Tcb final : public net::Stream {
   bool sack_permitted() const { return sack_ok_; }
   const SackScoreboard& scoreboard() const { return sb_; }
   const Rack& rack() const { return rack_; }
+  /// Congestion state (cwnd, ssthresh, recovery; tests and the status location read it).
+  const NewReno& cc() const { return cc_; }
   bool in_recovery() const { return cc_.in_recovery(); }
   /// Keep-alive: idle_ms of silence before the first probe, interval_ms between probes, abort after
   /// `probes` unanswered ones (ETIMEDOUT). idle_ms = 0 turns it off.
@@ -216,7 +218,10 @@ class Tcb final : public net::Stream {
   void on_rack_timer();
   /// Fast recovery (RFC 6675 §5 step 4) when allowed and a loss is shown: RACK's marks (or, without RACK,
   /// DupThresh duplicates / IsLost(SND.UNA)), or the tail loss probe's SACK. Returns true when it started.
-  bool sack_maybe_enter_recovery();
+  /// `delivered`: octets the ACK that called it newly delivered (PRR's first share; 0 from a timer).
+  bool sack_maybe_enter_recovery(uint32_t delivered = 0);
+  /// RFC 6675 pipe (RACK's when RACK is on), octets.
+  uint32_t sack_pipe() const;
   /// Outside fast recovery (an RTO's go-back): retransmits RACK-marked losses below SND.NXT (lost
   /// retransmissions) while the pipe leaves room in cwnd.
   void rack_retransmit_lost();
@@ -387,6 +392,11 @@ class Tcb final : public net::Stream {
   SackScoreboard sb_;
   SeqNum high_rxt_;
   bool rescue_done_ = false;
+  // RFC 7661 §4.3: cwnd, not the peer's window or the application, stopped output this round (until SND.UNA
+  // passes cwnd_limited_end_); cwnd grows only then (congestion.hh).
+  bool cwnd_limited_ = false;
+  SeqNum cwnd_limited_end_;
+  bool cwnd_limited_round();
   uint8_t sack_recent_count_ = 0;
   // Sender undo (RFC 2883 §5, RFC 3708): retransmissions of the last SACK recovery, [SND.UNA, RecoveryPoint)
   // at its start, not yet reported as D-SACKs; -1: no undo possible (none yet, after an RTO, or done).

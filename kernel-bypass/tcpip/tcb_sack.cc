@@ -6,9 +6,10 @@
 //      forget every SACKed bit; the retransmission timer recovers whatever is missing.
 //   2. Update() with the ACK's blocks. An ACK at SND.UNA that newly SACKs octets is a duplicate (RFC 6675 §2).
 //   3. Not in recovery, and DupAcks ≥ DupThresh or IsLost(SND.UNA): enter recovery (§5 step 4):
-//      RecoveryPoint = HighData, ssthresh = cwnd = FlightSize / 2, retransmit the first segment. Before
+//      RecoveryPoint = HighData, ssthresh = FlightSize / 2 (cwnd follows by PRR), retransmit the first segment. Before
 //      that, each of the first two duplicates may send one new segment (limited transmit, RFC 3042).
-//   4. In recovery: while cwnd - pipe ≥ SMSS, send NextSeg(): rule 1 the first lost hole above HighRxt,
+//   4. In recovery: while PRR's quota for this ACK lasts (RFC 6937, congestion.hh; without PRR: while
+//      cwnd - pipe ≥ SMSS), send NextSeg(): rule 1 the first lost hole above HighRxt,
 //      rule 2 new data, rule 3 any hole below the highest SACK, rule 4 one rescue retransmission of the
 //      highest unSACKed segment. A cumulative ACK at RecoveryPoint ends recovery.
 // An RTO ends recovery, clears the scoreboard (RFC 2018 §8) and sets RecoveryPoint = HighData; no new
@@ -118,7 +119,15 @@ void Tcb::sack_fill(TcpOptions* o) {
 
 // ---------------------------------------------------------------- sender
 
+uint32_t Tcb::sack_pipe() const {
+  return rack_on() ? rack_.pipe() : sb_.pipe(snd_una_, snd_max_, high_rxt_, mss_);
+}
+
 void Tcb::sack_ack(const TcpSegment& seg, bool advanced, uint32_t acked, bool dup_candidate) {
+  // RFC 6937 DeliveredData: SND.UNA's advance plus the change in SACKed octets (negative when the cumulative
+  // ACK swallowed SACKed ranges). Computed only when recovery runs or may start on this ACK.
+  bool prr_watch = cc_.prr_active() || seg.options.sack_count > 0;
+  uint32_t sacked_before = prr_watch ? sb_.sacked_bytes() : 0;
   if (advanced) {
     sb_.advance(snd_una_);
     if (high_rxt_ < snd_una_) high_rxt_ = snd_una_;
@@ -143,13 +152,20 @@ void Tcb::sack_ack(const TcpSegment& seg, bool advanced, uint32_t acked, bool du
     if (cc_.in_recovery()) {
       if (cc_.on_sack_recovery_ack(snd_una_)) rack_.on_recovery_exit();
     } else {
-      cc_.on_ack(snd_una_, acked, snd_max_ - snd_una_);
+      cc_.on_ack(snd_una_, acked, snd_max_ - snd_una_, cwnd_limited_round());
     }
   } else if (dup_candidate && newly > 0) {
     ++stack_.stats_.dup_acks_in;
     cc_.count_dupack();
   }
-  if (sack_maybe_enter_recovery()) {
+  uint32_t delivered = acked;
+  if (prr_watch) {
+    uint32_t sacked_after = sb_.sacked_bytes();
+    int64_t d = static_cast<int64_t>(acked) + sacked_after - sacked_before;
+    delivered = d > 0 ? static_cast<uint32_t>(d) : 0;
+  }
+  if (cc_.prr_active()) cc_.prr_ack(delivered, sack_pipe());
+  if (sack_maybe_enter_recovery(delivered)) {
   } else if (!advanced && dup_candidate && newly > 0 && !cc_.in_recovery() && cc_.dupacks() < 3) {
     // RFC 3042 limited transmit (RFC 6675 §5 step 2): one new segment per duplicate ACK, keeping at most
     // cwnd + 2·SMSS outstanding, so that small windows still produce DupThresh duplicates.
@@ -158,12 +174,13 @@ void Tcb::sack_ack(const TcpSegment& seg, bool advanced, uint32_t acked, bool du
   update_memory();
 }
 
-bool Tcb::sack_maybe_enter_recovery() {
+bool Tcb::sack_maybe_enter_recovery(uint32_t delivered) {
   if (cc_.in_recovery() || !(snd_max_ > snd_una_) || !cc_.may_enter_sack_recovery(snd_una_)) return false;
   bool lost = rack_on() ? rack_.any_lost()
                         : cc_.dupacks() >= SackScoreboard::kDupThresh || sb_.lost_boundary(snd_una_, mss_) > snd_una_;
   if (!lost && !tlp_shows_loss()) return false;
   cc_.enter_sack_recovery(snd_max_ - snd_una_, snd_max_);
+  cc_.prr_ack(delivered, sack_pipe());
   undo_retrans_ = 0;
   undo_low_ = snd_una_;
   undo_high_ = snd_max_;
@@ -204,8 +221,7 @@ void Tcb::sack_send() {
   uint32_t wnd = std::min(snd_wnd_, stack_.conf_.send_window_bytes);
   bool rack = rack_on();
   for (unsigned guard = 0; guard < 4096; ++guard) {
-    uint32_t pipe = rack ? rack_.pipe() : sb_.pipe(snd_una_, snd_max_, high_rxt_, mss_);
-    if (pipe + mss_ > cc_.cwnd()) break;
+    if (cc_.prr_active() ? cc_.prr_quota() <= 0 : sack_pipe() + mss_ > cc_.cwnd()) break;
     SeqNum from = std::max(high_rxt_, snd_una_);
     SackBlock hole;
     // Rule 1: the first lost hole: RACK's marks (lost retransmissions included), or IsLost() above HighRxt.

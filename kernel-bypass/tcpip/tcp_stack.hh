@@ -84,6 +84,8 @@ struct TcpConfig {
   bool tail_loss_probe = true;               // RFC 8985 §7 TLP when SACK is on (Linux tcp_early_retrans)
   bool rack = true;                          // RFC 8985 §6 RACK loss detection when SACK is on (Linux
                                              // tcp_recovery & 1); false: RFC 6675 DupThresh (IsLost)
+  bool prr = true;                           // RFC 6937 proportional rate reduction in SACK recovery (Linux
+                                             // since 3.2); false: RFC 6675's cwnd = ssthresh at entry
   // Keep-alive (RFC 9293 §3.8.4, RFC 1122 §4.2.3.6), off unless the listening socket says so_keepalive=on;
   // the values a `so_keepalive=on` or an empty field of `so_keepalive=idle:intvl:cnt` uses (Linux defaults).
   uint64_t keepalive_idle_ms = 7'200'000;

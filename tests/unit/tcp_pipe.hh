@@ -324,4 +324,32 @@ inline std::string pattern_bytes(size_t n, uint32_t seed) {
   return s;
 }
 
+/// One bulk transfer through a fresh link: side 0 connects to `port` on side 1, sends `size` pattern bytes
+/// (seed `seed`) and closes; `setup(link)` scripts the link first (faults, random loss, a tap). Runs until both
+/// sides closed (at most 600 s simulated). Returns whether the bytes arrived exactly, the simulated ms it took
+/// and the sender's (side 0) counters.
+struct TransferResult {
+  bool exact = false;
+  uint64_t ms = 0;
+  TcpStats sender;
+};
+template <typename Setup>
+TransferResult one_way_transfer(TcpConfig c, size_t size, uint32_t seed, Setup setup, uint16_t port = 80) {
+  Link link(c);
+  setup(link);
+  Sink sink;
+  Source source;
+  source.data = pattern_bytes(size, seed);
+  EXPECT_EQ(link.tcp(1).listen_port(port, 16, sink), 0);
+  std::string err;
+  uint64_t start = link.clock().ms;
+  EXPECT_NE(link.tcp(0).connect_from(0, link.addr(1), port, source, &err), nullptr) << err;
+  TransferResult r;
+  EXPECT_TRUE(link.run_until([&] { return sink.closed && source.closed; }, 600'000));
+  r.ms = link.clock().ms - start;
+  r.exact = sink.received == source.data;
+  r.sender = link.tcp(0).stats();
+  return r;
+}
+
 }  // namespace kosoku::tcpip::testing

@@ -131,7 +131,9 @@ struct Transfer {
 };
 
 Transfer random_loss(bool tlp, double p, uint32_t seed, size_t size) {
-  Link link(conf(true, tlp, /*rack=*/false));
+  TcpConfig c = conf(true, tlp, /*rack=*/false);
+  c.prr = false;  // RFC 6675's cwnd = ssthresh, as when this was measured (TcpPrr.* compares PRR)
+  Link link(c);
   link.set_loss(p, seed);
   Sink sink;
   Source source;
