@@ -1,10 +1,14 @@
-// Congestion control for one connection: NewReno, i.e. RFC 5681 slow start / congestion avoidance with
-// RFC 6582 fast retransmit and fast recovery (partial ACKs keep the connection in recovery; a full ACK of
-// `recover` ends it). Byte counting: slow start adds min(acked, SMSS) per ACK (RFC 5681 §3.1, L = 1 SMSS).
-// Initial window per RFC 6928: min(10·SMSS, max(2·SMSS, 14600)). Pure arithmetic, no timers, no I/O.
-// With SACK (RFC 6675) the same window arithmetic is driven differently: enter_sack_recovery() sets
-// cwnd = ssthresh once, the pipe estimate (sack_scoreboard.hh) replaces dupack inflation/partial-ACK
-// deflation, and on_sack_recovery_ack() ends recovery at RecoveryPoint.
+// Congestion control for one connection: the window arithmetic around loss recovery.
+//   - Window growth and reduction: CUBIC (RFC 9438, cubic.hh; the default, as Linux) or Reno (RFC 5681):
+//     slow start adds min(acked, SMSS) per ACK (RFC 5681 §3.1, L = 1 SMSS) below ssthresh; above it Reno adds
+//     SMSS²/cwnd per ACK, CUBIC follows W_cubic / W_est. On a congestion event Reno sets ssthresh =
+//     max(FlightSize/2, 2·SMSS) (RFC 5681 eq. 4), CUBIC max(cwnd·0.7, 2·SMSS) (RFC 9438 §4.6, from cwnd as
+//     Linux: cwnd only grows while cwnd-limited, below). Initial window per RFC 6928: min(10·SMSS, max(2·SMSS,
+//     14600)).
+//   - Without SACK: NewReno fast retransmit / fast recovery (RFC 6582; partial ACKs keep the connection in
+//     recovery, a full ACK of `recover` ends it) with dupack inflation and partial-ACK deflation.
+//   - With SACK (RFC 6675): enter_sack_recovery() once, the pipe estimate (sack_scoreboard.hh / rack.hh)
+//     replaces inflation/deflation, on_sack_recovery_ack() ends recovery at RecoveryPoint.
 // PRR (RFC 6937, PRR-SSRB): during SACK recovery cwnd is not set to ssthresh at once; each ACK's delivered
 // octets release a proportional share (ssthresh / RecoverFS) of new transmissions while pipe > ssthresh, and
 // the slow-start reduction bound lets the window catch up to ssthresh once pipe fell below it — so the ACK
@@ -12,22 +16,28 @@
 // burst) and recovery ends with cwnd = ssthresh.
 // Window growth only while the sender was cwnd-limited (RFC 7661 §4.3 / Linux tcp_is_cwnd_limited): an
 // application-limited connection does not inflate cwnd it never used.
+// Pure arithmetic, no timers, no I/O (times are passed in).
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
 
+#include "kernel-bypass/tcpip/cubic.hh"
 #include "kernel-bypass/tcpip/tcp_segment.hh"
 
 namespace kosoku::tcpip {
 
-class NewReno {
+/// Window growth/reduction algorithm (Linux net.ipv4.tcp_congestion_control: cubic, reno).
+enum class CongestionAlgorithm : uint8_t { kCubic, kReno };
+
+class CongestionControl {
  public:
   static constexpr unsigned kDupAckThreshold = 3;
 
-  explicit NewReno(uint32_t smss = 536) { reset(smss); }
+  explicit CongestionControl(uint32_t smss = 536) { reset(smss); }
   void reset(uint32_t smss) {
     smss_ = smss;
+    cubic_.reset(smss);
     cwnd_ = std::min(10 * smss, std::max(2 * smss, 14600u));
     ssthresh_ = UINT32_MAX;
     dupacks_ = 0;
@@ -36,6 +46,9 @@ class NewReno {
 
   /// RFC 6937 PRR in SACK recovery (default on; off: RFC 6675's cwnd = ssthresh at entry).
   void set_prr(bool on) { prr_ = on; }
+  void set_algorithm(CongestionAlgorithm a) { algorithm_ = a; }
+  CongestionAlgorithm algorithm() const { return algorithm_; }
+  const Cubic& cubic() const { return cubic_; }
   uint32_t cwnd() const { return cwnd_; }
   uint32_t ssthresh() const { return ssthresh_; }
   bool in_recovery() const { return recovery_; }
@@ -46,7 +59,9 @@ class NewReno {
   /// round; without it cwnd does not grow (RFC 7661 §4.3).
   /// Returns true for a partial ACK during recovery: the caller retransmits the first unacknowledged
   /// segment and restarts the retransmission timer (RFC 6582 §3.2 step 3).
-  bool on_ack(SeqNum ack, uint32_t acked, uint32_t flight, bool cwnd_limited = true) {
+  /// `now_us` and `rtt_us` (SRTT) drive CUBIC's W_cubic(t + RTT).
+  bool on_ack(SeqNum ack, uint32_t acked, uint32_t flight, bool cwnd_limited = true, uint64_t now_us = 0,
+              uint64_t rtt_us = 0) {
     dupacks_ = 0;
     if (recovery_) {
       if (ack >= recover_) {  // full ACK (step 4): deflate
@@ -59,9 +74,16 @@ class NewReno {
       cwnd_ = std::max(cwnd_, smss_);
       return true;
     }
-    if (!cwnd_limited) return false;
+    if (!cwnd_limited) {
+      // The CUBIC epoch restarts (K from W_max and the cwnd then) rather than count time the window was not
+      // used (RFC 9438 §5.8; Linux shifts the epoch after idle).
+      if (algorithm_ == CongestionAlgorithm::kCubic) cubic_.restart_epoch();
+      return false;
+    }
     if (cwnd_ < ssthresh_) {
       cwnd_ += std::min(acked, smss_);
+    } else if (algorithm_ == CongestionAlgorithm::kCubic) {
+      cwnd_ = cubic_.on_ack(cwnd_, acked, now_us, rtt_us);
     } else {
       cwnd_ += std::max(1u, static_cast<uint32_t>(static_cast<uint64_t>(smss_) * smss_ / cwnd_));
     }
@@ -78,7 +100,7 @@ class NewReno {
     }
     if (++dupacks_ != kDupAckThreshold) return false;
     if (have_recover_ && !(snd_una - 1 > recover_)) return false;  // still ≤ recover: no second reduction
-    ssthresh_ = std::max(flight / 2, 2 * smss_);
+    ssthresh_ = reduced_ssthresh(flight);
     recover_ = snd_max;
     have_recover_ = true;
     recovery_ = true;
@@ -97,7 +119,7 @@ class NewReno {
   void enter_sack_recovery(uint32_t flight, SeqNum snd_max) {
     prior_cwnd_ = cwnd_;
     prior_ssthresh_ = ssthresh_;
-    ssthresh_ = std::max(flight / 2, 2 * smss_);
+    ssthresh_ = reduced_ssthresh(flight);
     if (!prr_) cwnd_ = ssthresh_;
     recover_fs_ = std::max(flight, 1u);
     prr_delivered_ = prr_out_ = 0;
@@ -152,13 +174,16 @@ class NewReno {
   /// back as a D-SACK, RFC 2883 §5 / RFC 3708): cwnd and ssthresh go back to at least their values before it
   /// (Linux tcp_undo_cwnd_reduction). Recovery itself runs on to RecoveryPoint.
   void undo_reduction() {
+    if (algorithm_ == CongestionAlgorithm::kCubic) cubic_.undo();  // W_max, K, epoch as before (§4.9.2)
     cwnd_ = std::max(cwnd_, prior_cwnd_);
     ssthresh_ = std::max(ssthresh_, prior_ssthresh_);
   }
 
-  /// The retransmission timer expired (RFC 5681 §3.1 eq. 4, loss window = 1 SMSS; RFC 6582 §4 sets recover).
+  /// The retransmission timer expired (RFC 5681 §3.1 eq. 4, loss window = 1 SMSS; RFC 6582 §4 sets recover;
+  /// CUBIC: RFC 9438 §4.8).
   void on_timeout(uint32_t flight, SeqNum snd_max) {
-    ssthresh_ = std::max(flight / 2, 2 * smss_);
+    ssthresh_ = algorithm_ == CongestionAlgorithm::kCubic ? cubic_.on_timeout(cwnd_)
+                                                           : std::max(flight / 2, 2 * smss_);
     cwnd_ = smss_;
     recovery_ = false;
     dupacks_ = 0;
@@ -167,6 +192,14 @@ class NewReno {
   }
 
  private:
+  /// ssthresh after a congestion event (fast retransmit / SACK recovery entry).
+  uint32_t reduced_ssthresh(uint32_t flight) {
+    if (algorithm_ == CongestionAlgorithm::kCubic) return cubic_.on_congestion_event(cwnd_);
+    return std::max(flight / 2, 2 * smss_);
+  }
+
+  CongestionAlgorithm algorithm_ = CongestionAlgorithm::kCubic;
+  Cubic cubic_;
   uint32_t smss_ = 536;
   uint32_t cwnd_ = 0;
   uint32_t ssthresh_ = UINT32_MAX;

@@ -76,6 +76,7 @@ void Tcb::take_syn_options(const TcpOptions& o, bool we_offered) {
   mss_ = static_cast<uint16_t>(std::min<size_t>(peer_mss_, our_mss) - (ts_ok_ ? 12 : 0));
   cc_.reset(mss_);
   cc_.set_prr(stack_.conf_.prr);
+  cc_.set_algorithm(stack_.conf_.congestion_control);
 }
 
 void Tcb::open_passive(const TcpSegment& syn, bool listener_backlog) {
@@ -334,7 +335,8 @@ void Tcb::process_ack(const TcpSegment& seg) {
     snd_una_ = ack;
     retries_ = 0;
     uint32_t flight = snd_max_ - snd_una_;
-    if (!sack_ok_ && cc_.on_ack(ack, acked, flight, cwnd_limited_round())) {  // NewReno partial ACK: resend the next hole now
+    if (!sack_ok_ && cc_.on_ack(ack, acked, flight, cwnd_limited_round(), stack_.clock_.now_us(),
+                                        cc_rtt_us())) {  // NewReno partial ACK: resend the next hole now
       size_t len = std::min<size_t>(buffered_, mss_);
       if (len > 0) {
         send_segment(snd_una_, len, kAck);

@@ -128,7 +128,7 @@ class Tcb final : public net::Stream {
   const SackScoreboard& scoreboard() const { return sb_; }
   const Rack& rack() const { return rack_; }
   /// Congestion state (cwnd, ssthresh, recovery; tests and the status location read it).
-  const NewReno& cc() const { return cc_; }
+  const CongestionControl& cc() const { return cc_; }
   bool in_recovery() const { return cc_.in_recovery(); }
   /// Keep-alive: idle_ms of silence before the first probe, interval_ms between probes, abort after
   /// `probes` unanswered ones (ETIMEDOUT). idle_ms = 0 turns it off.
@@ -347,13 +347,17 @@ class Tcb final : public net::Stream {
   uint64_t srtt_ms_ = 0, rttvar_ms_ = 0, rto_ms_ = 1000;
   /// SRTT in µs for RACK's reo_wnd cap; the ms estimator says 0 for sub-millisecond paths, so ≥ 1 ms.
   uint64_t srtt_us() const { return std::max<uint64_t>(srtt_ms_ * 1000, 1000); }
+  /// The RTT CUBIC's W_cubic(t + RTT) uses, µs: RACK's min RTT (µs clock) when known, else SRTT.
+  uint64_t cc_rtt_us() const {
+    return rack_.min_rtt_us() != UINT64_MAX ? rack_.min_rtt_us() : srtt_us();
+  }
   bool have_rtt_ = false;
   bool timing_ = false;
   SeqNum timed_seq_;
   uint64_t timed_at_ms_ = 0;
   unsigned retries_ = 0;
   uint64_t persist_ms_ = 0;
-  NewReno cc_;
+  CongestionControl cc_;
   unsigned unacked_segments_ = 0;  // received, not yet acknowledged (delayed ACK)
   uint64_t last_challenge_ms_ = 0;
   unsigned challenges_this_second_ = 0;

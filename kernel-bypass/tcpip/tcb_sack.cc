@@ -152,7 +152,7 @@ void Tcb::sack_ack(const TcpSegment& seg, bool advanced, uint32_t acked, bool du
     if (cc_.in_recovery()) {
       if (cc_.on_sack_recovery_ack(snd_una_)) rack_.on_recovery_exit();
     } else {
-      cc_.on_ack(snd_una_, acked, snd_max_ - snd_una_, cwnd_limited_round());
+      cc_.on_ack(snd_una_, acked, snd_max_ - snd_una_, cwnd_limited_round(), stack_.clock_.now_us(), cc_rtt_us());
     }
   } else if (dup_candidate && newly > 0) {
     ++stack_.stats_.dup_acks_in;

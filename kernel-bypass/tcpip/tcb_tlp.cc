@@ -8,8 +8,9 @@
 //     may delay that ACK), at least kTlpMinMs, and never after the RTO (then 1 ms before it).
 //   - Re-armed after each new data segment sent and by each ACK that advances SND.UNA; cancelled
 //     in recovery (fast or RTO: until SND.UNA reaches RecoveryPoint) and once nothing is outstanding.
-//   - §7.3 the probe: a new segment when the peer's window and the send buffer allow (cwnd is not checked),
-//     else the highest-sequence unacknowledged segment again. One probe per episode: the next one only after
+//   - §7.3 the probe: new data when the peer's window and the send buffer allow (cwnd is not checked) — two
+//     segments when there are, so the peer ACKs at once (below) — else the highest-sequence unacknowledged
+//     segment again. One probe per episode: the next one only after
 //     SND.UNA passes the probe's data end. The RTO is restarted after the probe.
 #include <algorithm>
 
@@ -63,7 +64,13 @@ void Tcb::on_tlp_timer() {
   if (!tlp_allowed()) return;
   // §7.3: new data if the receive window and the send buffer allow (cwnd is not checked), else the
   // highest-sequence segment not acknowledged (SACKed data is skipped).
-  bool sent = send_next(std::min(snd_wnd_, stack_.conf_.send_window_bytes));
+  uint32_t wnd = std::min(snd_wnd_, stack_.conf_.send_window_bytes);
+  bool sent = send_next(wnd);
+  // A second new segment when there is one: a lone new segment meets the peer's delayed ACK (Linux: 40 ms)
+  // whenever the probe went because the peer's last ACK was lost rather than the data (it had acknowledged
+  // everything before); two full segments draw an immediate ACK (RFC 5681 §4.2, every second segment). Linux's
+  // probe is one skb, often several segments with TSO.
+  if (sent) send_next(wnd);
   if (!sent) {
     SeqNum end = sb_.highest_unsacked_end(snd_una_, snd_max_);
     if (!(snd_una_ < end)) return;

@@ -38,6 +38,7 @@
 #include "core/net/stream.hh"
 #include "core/reactor/timer_wheel.hh"
 #include "core/stats/counters.hh"
+#include "kernel-bypass/tcpip/congestion.hh"
 #include "kernel-bypass/tcpip/interface.hh"
 #include "kernel-bypass/tcpip/isn.hh"
 #include "kernel-bypass/tcpip/tcp_segment.hh"
@@ -84,6 +85,7 @@ struct TcpConfig {
   bool tail_loss_probe = true;               // RFC 8985 §7 TLP when SACK is on (Linux tcp_early_retrans)
   bool rack = true;                          // RFC 8985 §6 RACK loss detection when SACK is on (Linux
                                              // tcp_recovery & 1); false: RFC 6675 DupThresh (IsLost)
+  CongestionAlgorithm congestion_control = CongestionAlgorithm::kCubic;  // RFC 9438 (Linux's default) or Reno
   bool prr = true;                           // RFC 6937 proportional rate reduction in SACK recovery (Linux
                                              // since 3.2); false: RFC 6675's cwnd = ssthresh at entry
   // Keep-alive (RFC 9293 §3.8.4, RFC 1122 §4.2.3.6), off unless the listening socket says so_keepalive=on;

@@ -17,9 +17,10 @@ constexpr uint16_t kPort = 80;
 constexpr uint32_t kMss = 1000;
 
 // A NewReno with cwnd grown to `segments` SMSS by slow start (10 SMSS initial window + 1 per ACK).
-NewReno grown(unsigned segments) {
-  NewReno cc(kMss);
+CongestionControl grown(unsigned segments) {
+  CongestionControl cc(kMss);
   cc.set_prr(true);
+  cc.set_algorithm(CongestionAlgorithm::kReno);  // ssthresh = FlightSize / 2: round numbers below
   SeqNum ack{0};
   while (cc.cwnd() < segments * kMss) {
     ack = ack + kMss;
@@ -29,7 +30,7 @@ NewReno grown(unsigned segments) {
 }
 
 TEST(Prr, ProportionalShareWhilePipeIsAboveSsthresh) {
-  NewReno cc = grown(20);
+  CongestionControl cc = grown(20);
   ASSERT_EQ(cc.cwnd(), 20 * kMss);
   cc.enter_sack_recovery(20 * kMss, SeqNum{100'000});  // RecoverFS = 20 SMSS, ssthresh = 10 SMSS
   EXPECT_EQ(cc.ssthresh(), 10 * kMss);
@@ -57,7 +58,7 @@ TEST(Prr, ProportionalShareWhilePipeIsAboveSsthresh) {
 }
 
 TEST(Prr, SlowStartReductionBoundCatchesUpBelowSsthresh) {
-  NewReno cc = grown(20);
+  CongestionControl cc = grown(20);
   cc.enter_sack_recovery(20 * kMss, SeqNum{100'000});
   // Many losses: pipe fell to 4 SMSS, below ssthresh (10). SSRB: min(ssthresh - pipe,
   // max(prr_delivered - prr_out, DeliveredData) + SMSS).
@@ -70,7 +71,7 @@ TEST(Prr, SlowStartReductionBoundCatchesUpBelowSsthresh) {
 }
 
 TEST(Prr, OffMeansRfc6675CwndAtEntry) {
-  NewReno cc = grown(20);
+  CongestionControl cc = grown(20);
   cc.set_prr(false);
   cc.enter_sack_recovery(20 * kMss, SeqNum{100'000});
   EXPECT_EQ(cc.cwnd(), 10 * kMss);
@@ -80,7 +81,7 @@ TEST(Prr, OffMeansRfc6675CwndAtEntry) {
 }
 
 TEST(Prr, UndoRestoresTheWindowBeforeRecovery) {
-  NewReno cc = grown(20);
+  CongestionControl cc = grown(20);
   cc.enter_sack_recovery(20 * kMss, SeqNum{100'000});
   cc.prr_ack(kMss, 18 * kMss);
   cc.undo_reduction();
@@ -92,7 +93,7 @@ TEST(Prr, UndoRestoresTheWindowBeforeRecovery) {
 }
 
 TEST(CwndValidation, GrowsOnlyWhenCwndLimited) {
-  NewReno cc(kMss);
+  CongestionControl cc(kMss);
   uint32_t iw = cc.cwnd();
   cc.on_ack(SeqNum{kMss}, kMss, 0, /*cwnd_limited=*/false);
   EXPECT_EQ(cc.cwnd(), iw);
@@ -107,17 +108,21 @@ struct Outcome {
   uint64_t ms = 0, rto = 0, recoveries = 0, retransmits = 0;
 };
 
-Outcome transfer(bool prr, size_t size, double loss, uint32_t seed) {
+Outcome transfer(bool prr, size_t size, double loss, uint32_t seed,
+                 CongestionAlgorithm algorithm = CongestionAlgorithm::kReno) {
   TcpConfig c;
   c.prr = prr;
+  c.congestion_control = algorithm;
   testing::TransferResult t =
       testing::one_way_transfer(c, size, seed, [&](Link& link) { link.set_loss(loss, seed); }, kPort);
   return Outcome{t.exact, t.ms, t.sender.rto_expired, t.sender.sack_recoveries, t.sender.retransmits};
 }
 
 TEST(TcpPrr, RandomLossBothWaysFewerRtos) {
-  // 1 MiB, 3 % loss on every frame both ways, six fixed seeds, RACK + TLP on: PRR keeps the ACK clock
-  // running through recovery, so fewer recoveries end in an RTO than with RFC 6675's cwnd = ssthresh.
+  // 1 MiB, 3 % loss on every frame both ways, six fixed seeds, RACK + TLP on, Reno windows: PRR keeps the ACK
+  // clock running through recovery, so fewer recoveries end in an RTO than with RFC 6675's cwnd = ssthresh.
+  // (With CUBIC's larger windows neither run has an RTO here and the 1 ms ticks of the simulated link favour
+  // RFC 6675's burst: 1,133 ms with PRR vs 1,048 ms without, measured.)
   Outcome with{}, without{};
   for (uint32_t seed : {1u, 2u, 3u, 4u, 5u, 6u}) {
     Outcome a = transfer(true, 1 << 20, 0.03, seed), b = transfer(false, 1 << 20, 0.03, seed);
@@ -134,6 +139,23 @@ TEST(TcpPrr, RandomLossBothWaysFewerRtos) {
               (unsigned long long)without.retransmits);
   EXPECT_LE(with.rto, without.rto);
   EXPECT_LT(with.ms, without.ms);
+}
+
+TEST(TcpCubic, RandomLossKeepsMoreInFlightThanReno) {
+  // The same 3 % loss both ways, six seeds, PRR on: CUBIC's β = 0.7 reduction from cwnd (RFC 9438 §4.6) keeps
+  // more in flight than Reno's halving of FlightSize.
+  Outcome cubic{}, reno{};
+  for (uint32_t seed : {1u, 2u, 3u, 4u, 5u, 6u}) {
+    Outcome a = transfer(true, 1 << 20, 0.03, seed, CongestionAlgorithm::kCubic);
+    Outcome b = transfer(true, 1 << 20, 0.03, seed, CongestionAlgorithm::kReno);
+    EXPECT_TRUE(a.exact && b.exact) << seed;
+    cubic.ms += a.ms, cubic.rto += a.rto;
+    reno.ms += b.ms, reno.rto += b.rto;
+  }
+  std::printf("3 %% loss, 6 seeds: CUBIC %llu ms (%llu RTOs), Reno %llu ms (%llu RTOs)\n",
+              (unsigned long long)cubic.ms, (unsigned long long)cubic.rto, (unsigned long long)reno.ms,
+              (unsigned long long)reno.rto);
+  EXPECT_LT(cubic.ms * 5, reno.ms * 4);  // measured 1,133 vs 1,586 ms: at least 20 % faster
 }
 
 TEST(TcpPrr, RecoveryEndsWithCwndAtSsthresh) {
@@ -154,7 +176,16 @@ TEST(TcpPrr, RecoveryEndsWithCwndAtSsthresh) {
     SeqNum end = seg.header.seq + static_cast<uint32_t>(seg.payload.size());
     bool fresh = !have_highest || highest < end;
     if (fresh) highest = end, have_highest = true;
-    if (client != nullptr && tcb(client).in_recovery() && fresh) ++new_in_recovery;
+    if (client != nullptr) {
+      bool now = tcb(client).in_recovery();
+      if (now && fresh) ++new_in_recovery;
+      if (in_recovery && !now && !exited) {  // the first segment after the ACK that ended recovery
+        exited = true;
+        cwnd_at_exit = tcb(client).cc().cwnd();
+        ssthresh_at_exit = tcb(client).cc().ssthresh();
+      }
+      in_recovery = now;
+    }
     return ++data_index != 300;  // the 300th data segment is lost once
   };
   Sink sink;
@@ -164,16 +195,7 @@ TEST(TcpPrr, RecoveryEndsWithCwndAtSsthresh) {
   std::string err;
   client = link.tcp(0).connect_from(0, link.addr(1), kPort, source, &err);
   ASSERT_NE(client, nullptr) << err;
-  ASSERT_TRUE(link.run_until([&] {
-    bool now = tcb(client).in_recovery();
-    if (in_recovery && !now && !exited) {
-      exited = true;
-      cwnd_at_exit = tcb(client).cc().cwnd();
-      ssthresh_at_exit = tcb(client).cc().ssthresh();
-    }
-    in_recovery = now;
-    return exited;
-  }, 60'000));
+  ASSERT_TRUE(link.run_until([&] { return exited; }, 60'000));
   std::printf("one loss: cwnd %u = ssthresh %u at exit, %u new segments sent in recovery\n", cwnd_at_exit,
               ssthresh_at_exit, new_in_recovery);
   EXPECT_EQ(cwnd_at_exit, ssthresh_at_exit);

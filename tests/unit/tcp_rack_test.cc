@@ -315,7 +315,8 @@ TEST(TcpRack, ReorderedSegmentsCauseFewerSpuriousRetransmissions) {
   // D-SACK has its window reduction undone (RFC 3708).
   auto run = [](bool rack) {
     TcpConfig c = conf(rack);
-    c.prr = false;  // the undo count below is RFC 6675's (with PRR fewer of DupThresh's recoveries end undone)
+    c.prr = false;  // the undo count below is RFC 6675's with Reno (with PRR or CUBIC fewer of DupThresh's
+    c.congestion_control = CongestionAlgorithm::kReno;  // recoveries end undone)
     return transfer(c, 1 << 20, 12, [](Link& link) {
       for (int n = 40; n < 700; n += 40) {
         link.add_fault({.from = 0, .match = testing::Match::kData, .nth = n, .action = testing::Action::kDelay,

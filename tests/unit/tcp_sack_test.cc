@@ -152,8 +152,11 @@ struct Outcome {
 // segment below the highest sequence sent so far; it starts a new round when an ACK from the server has
 // covered the first retransmission of the current round (one RTT later) — NewReno repairs one hole per
 // round, RFC 6675 all holes the SACK blocks show.
+// Reno windows (as measured; CUBIC's growth after the recovery hides the rounds in the total time).
 Outcome transfer(bool sack, size_t size, const std::set<int>& lost) {
-  Link link(with_sack(sack));
+  TcpConfig c = with_sack(sack);
+  c.congestion_control = CongestionAlgorithm::kReno;
+  Link link(c);
   int new_segments = 0;
   bool have_max = false;
   SeqNum highest;
