@@ -9,7 +9,8 @@
 // payload never exceeds the receive buffer (Tcb::recv_buffer_limit(): TcpConfig::recv_buffer_bytes or the
 // listener's rcvbuf=; the excess is dropped), and the queue holds at most max_ooo_segments() ranges (a new
 // range beyond it is dropped; one range costs a heap block and its header).
-// Drops are counted in TcpStats::ooo_dropped; the peer retransmits what it does not see SACKed.
+// Drops are counted in TcpStats::ooo_dropped; the peer retransmits what it does not see SACKed. With SACK,
+// a segment the queue already holds (in part) is reported as a D-SACK (Tcb::note_dsack).
 #include <algorithm>
 
 #include "kernel-bypass/tcpip/tcb.hh"
@@ -23,6 +24,9 @@ size_t Tcb::max_ooo_segments() const {
 }
 
 void Tcb::ooo_insert(SeqNum seq, std::span<const uint8_t> data, bool fin) {
+  // Octets the queue already holds are a duplicate: the next ACK reports the first such stretch as a D-SACK
+  // (RFC 2883 §4), so the sender sees spurious retransmissions above RCV.NXT too.
+  if (sack_ok_ && !data.empty()) note_dsack(seq, data.size());
   auto it = std::lower_bound(ooo_.begin(), ooo_.end(), seq,
                              [](const OooSegment& o, SeqNum s) { return o.seq < s; });
   SeqNum end = seq + static_cast<uint32_t>(data.size());

@@ -74,17 +74,39 @@ void Tcb::sack_note_ooo(SeqNum seq) {
 }
 
 void Tcb::note_dsack(SeqNum seq, size_t len) {
-  // The duplicate part is what lies below RCV.NXT (a segment may also carry new octets after it).
-  uint32_t dup = std::min<uint32_t>(static_cast<uint32_t>(len), static_cast<uint32_t>(rcv_nxt_ - seq));
-  if (dup == 0 || rcv_nxt_ - seq > (1u << 30)) return;  // not a sane distance below RCV.NXT
-  dsack_ = SackBlock{seq, seq + dup};
+  SeqNum end = seq + static_cast<uint32_t>(len);
+  SackBlock dup{seq, seq};
+  if (seq < rcv_nxt_) {
+    // The duplicate part is what lies below RCV.NXT (a segment may also carry new octets after it).
+    if (rcv_nxt_ - seq > (1 << 30)) return;  // not a sane distance below RCV.NXT
+    dup.right = std::min(end, rcv_nxt_);
+  } else {
+    // RFC 2883 §4: the first stretch of it the out-of-order queue holds (touching queue entries count as
+    // one, as in the SACK blocks); later stretches go unreported, one D-SACK block per ACK.
+    merged_ranges(ooo_, [&](const SackBlock& r) {
+      if (r.right <= seq) return true;  // wholly before the segment
+      if (r.left < end) dup = SackBlock{std::max(seq, r.left), std::min(end, r.right)};
+      return false;
+    });
+  }
+  if (!(dup.left < dup.right)) return;
+  dsack_ = dup;
   dsack_pending_ = true;
+  // A duplicate counts as a received, unacknowledged segment: every caller ACKs at once (a pure duplicate,
+  // out-of-order or out-of-window data), except a segment with new octets after its duplicate part; its
+  // in-order path then reaches its every-second-segment rule and ACKs at once too instead of arming the
+  // delayed ACK, so the D-SACK reaches the sender without delay (RFC 5681 §4.2, RFC 2883 §4).
+  ++unacked_segments_;
 }
 
 void Tcb::sack_fill(TcpOptions* o) {
   if (dsack_pending_) {  // RFC 2883 §4: the duplicate range first, once
     o->sack[o->sack_count++] = dsack_;
     dsack_pending_ = false;
+    // A duplicate above RCV.NXT: the queued block that holds it comes second (RFC 2883 §4 and its examples),
+    // which is how the sender tells it from an ordinary block.
+    SackBlock held;
+    if (rcv_nxt_ <= dsack_.left && ooo_range(dsack_.left, &held)) o->sack[o->sack_count++] = held;
   }
   uint8_t kept = 0;
   for (uint8_t i = 0; i < sack_recent_count_; ++i) {
@@ -150,7 +172,16 @@ void Tcb::sack_ack(const TcpSegment& seg, bool advanced, uint32_t acked, bool du
   if (rack_on()) rack_ack(seg, dsack);
   if (advanced) {
     if (cc_.in_recovery()) {
-      if (cc_.on_sack_recovery_ack(snd_una_)) rack_.on_recovery_exit();
+      bool delayed = eifel_delayed(seg);
+      if (!delayed) eifel_ok_ = false;  // a retransmission filled a hole: some loss was real
+      if (cc_.on_sack_recovery_ack(snd_una_)) {
+        rack_.on_recovery_exit();
+        if (eifel_ok_ && delayed && undo_retrans_ > 0) {  // every hole was filled by an original: reordering
+          cc_.undo_reduction();
+          undo_retrans_ = -1;
+          ++stack_.stats_.eifel_undos;
+        }
+      }
     } else {
       cc_.on_ack(snd_una_, acked, snd_max_ - snd_una_, cwnd_limited_round(), stack_.clock_.now_us(), cc_rtt_us());
     }
@@ -182,6 +213,8 @@ bool Tcb::sack_maybe_enter_recovery(uint32_t delivered) {
   cc_.enter_sack_recovery(snd_max_ - snd_una_, snd_max_);
   cc_.prr_ack(delivered, sack_pipe());
   undo_retrans_ = 0;
+  eifel_ts_ = ts_now();  // the TSval the first retransmission (just below) carries
+  eifel_ok_ = ts_ok_;
   undo_low_ = snd_una_;
   undo_high_ = snd_max_;
   ++stack_.stats_.fast_retransmits;
@@ -246,6 +279,11 @@ void Tcb::sack_send() {
     }
     break;
   }
+}
+
+bool Tcb::eifel_delayed(const TcpSegment& seg) const {
+  const TcpOptions& o = seg.options;
+  return ts_ok_ && o.has_timestamps && o.ts_ecr != 0 && static_cast<int32_t>(o.ts_ecr - eifel_ts_) < 0;
 }
 
 void Tcb::dsack_undo(const SackBlock& d) {

@@ -90,9 +90,12 @@ TEST(TcpHardening, OverlappingOutOfOrderFloodIsCoalesced) {
   EXPECT_LE(peak_memory, sizeof(Tcb) + 2 * (kSegments + kLen));  // the string's doubling growth at most
   std::printf("ooo flood: %zu segments -> %zu bytes queued, peak memory_bytes %zu (sizeof(Tcb) %zu)\n",
               kSegments, server.ooo_bytes(), peak_memory, sizeof(Tcb));
-  ASSERT_GE(last_ack.sack_count, 1);
-  EXPECT_EQ(last_ack.sack[0].left, base + 1);
-  EXPECT_EQ(last_ack.sack[0].right, base + static_cast<uint32_t>(kSegments + kLen));
+  // The last segment repeats all but its last octet: that duplicate first (D-SACK, RFC 2883 §4), then the block.
+  ASSERT_GE(last_ack.sack_count, 2);
+  EXPECT_EQ(last_ack.sack[0].left, base + static_cast<uint32_t>(kSegments));
+  EXPECT_EQ(last_ack.sack[0].right, base + static_cast<uint32_t>(kSegments + kLen - 1));
+  EXPECT_EQ(last_ack.sack[1].left, base + 1);
+  EXPECT_EQ(last_ack.sack[1].right, base + static_cast<uint32_t>(kSegments + kLen));
   f.send(payload, 0, 1);  // the hole
   EXPECT_EQ(server.ooo_segments(), 0u);
   EXPECT_EQ(f.sink.received, payload);
