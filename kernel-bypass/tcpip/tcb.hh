@@ -228,6 +228,8 @@ class Tcb final : public net::Stream {
   /// Sender: a D-SACK block arrived: when it covers one of the last recovery's retransmissions it counts down
   /// undo_retrans_; at 0 every retransmission was spurious and the window reduction is undone.
   void dsack_undo(const SackBlock& dsack);
+  /// RFC 3522: the ACK echoes a TSval older than the recovery's first retransmission (an original arrived).
+  bool eifel_delayed(const TcpSegment& seg) const;
   /// Arms the release timer (kReleaseIdleMs) unless it runs; when it fires with no input held and nothing to
   /// send, the input buffer and the kept output block are freed (they come back on the next byte).
   void arm_release();
@@ -406,6 +408,10 @@ class Tcb final : public net::Stream {
   // Sender undo (RFC 2883 §5, RFC 3708): retransmissions of the last SACK recovery, [SND.UNA, RecoveryPoint)
   // at its start, not yet reported as D-SACKs; -1: no undo possible (none yet, after an RTO, or done).
   int undo_retrans_ = -1;
+  // Eifel detection (RFC 3522) per SACK recovery: the TSval of its first retransmission, and whether every
+  // ACK that advanced SND.UNA in it echoed an older TSval (the originals filled the holes: reordering).
+  uint32_t eifel_ts_ = 0;
+  bool eifel_ok_ = false;
   SeqNum undo_low_, undo_high_;
   // Receiver D-SACK (RFC 2883 §4): a duplicate range below RCV.NXT, reported first in the next ACK only.
   bool dsack_pending_ = false;

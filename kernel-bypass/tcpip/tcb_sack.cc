@@ -172,7 +172,16 @@ void Tcb::sack_ack(const TcpSegment& seg, bool advanced, uint32_t acked, bool du
   if (rack_on()) rack_ack(seg, dsack);
   if (advanced) {
     if (cc_.in_recovery()) {
-      if (cc_.on_sack_recovery_ack(snd_una_)) rack_.on_recovery_exit();
+      bool delayed = eifel_delayed(seg);
+      if (!delayed) eifel_ok_ = false;  // a retransmission filled a hole: some loss was real
+      if (cc_.on_sack_recovery_ack(snd_una_)) {
+        rack_.on_recovery_exit();
+        if (eifel_ok_ && delayed && undo_retrans_ > 0) {  // every hole was filled by an original: reordering
+          cc_.undo_reduction();
+          undo_retrans_ = -1;
+          ++stack_.stats_.eifel_undos;
+        }
+      }
     } else {
       cc_.on_ack(snd_una_, acked, snd_max_ - snd_una_, cwnd_limited_round(), stack_.clock_.now_us(), cc_rtt_us());
     }
@@ -204,6 +213,8 @@ bool Tcb::sack_maybe_enter_recovery(uint32_t delivered) {
   cc_.enter_sack_recovery(snd_max_ - snd_una_, snd_max_);
   cc_.prr_ack(delivered, sack_pipe());
   undo_retrans_ = 0;
+  eifel_ts_ = ts_now();  // the TSval the first retransmission (just below) carries
+  eifel_ok_ = ts_ok_;
   undo_low_ = snd_una_;
   undo_high_ = snd_max_;
   ++stack_.stats_.fast_retransmits;
@@ -268,6 +279,11 @@ void Tcb::sack_send() {
     }
     break;
   }
+}
+
+bool Tcb::eifel_delayed(const TcpSegment& seg) const {
+  const TcpOptions& o = seg.options;
+  return ts_ok_ && o.has_timestamps && o.ts_ecr != 0 && static_cast<int32_t>(o.ts_ecr - eifel_ts_) < 0;
 }
 
 void Tcb::dsack_undo(const SackBlock& d) {

@@ -30,6 +30,9 @@ void append_tcp_metrics(const TcpStack& tcp, const std::vector<std::pair<std::st
   add("dpdk_tcp_dsack_undos_total",
       "TCP loss recoveries found spurious by D-SACKs (RFC 3708): the window reduction was undone", kCounter,
       t.dsack_undos);
+  add("dpdk_tcp_eifel_undos_total",
+      "TCP loss recoveries found spurious by timestamps (RFC 3522): the window reduction was undone", kCounter,
+      t.eifel_undos);
   add("dpdk_tcp_sack_recoveries_total", "TCP RFC 6675 SACK loss recoveries", kCounter, t.sack_recoveries);
   add("dpdk_tcp_sack_reneging_total", "TCP peers seen discarding data they had SACKed", kCounter,
       t.sack_reneging);

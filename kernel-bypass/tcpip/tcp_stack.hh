@@ -118,6 +118,8 @@ struct TcpStats {
   uint64_t dsacks_in = 0;          // ACKs carrying a D-SACK block (RFC 2883): a retransmission was spurious
   uint64_t dsack_undos = 0;        // recoveries whose window reduction was undone: all their retransmissions
                                    // came back as D-SACKs (RFC 3708)
+  uint64_t eifel_undos = 0;        // recoveries whose reduction was undone because the ACK ending them echoed
+                                   // a TSval older than their first retransmission (RFC 3522)
   uint64_t ephemeral_not_local = 0;  // candidate source ports skipped by connect(): their return traffic
                                      // would be steered to another core (FlowOwner)
   uint64_t memory_bytes = 0;  // gauge: TCBs (TIME_WAIT included) + their buffers, bytes

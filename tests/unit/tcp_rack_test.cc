@@ -159,7 +159,7 @@ TcpConfig conf(bool rack, bool tlp = true) {
 struct Outcome {
   bool exact = false;
   uint64_t ms = 0, rto = 0, probes = 0, rack_lost = 0, lost_rtx = 0, retransmits = 0, dsacks = 0;
-  uint64_t recoveries = 0, undos = 0;
+  uint64_t recoveries = 0, undos = 0, eifel_undos = 0;
 };
 
 // The sender's (side 0) loss-recovery counters.
@@ -172,7 +172,8 @@ void read_counters(const TcpStats& s, Outcome* out) {
   r.retransmits = s.retransmits;
   r.dsacks = s.dsacks_in;
   r.recoveries = s.sack_recoveries;
-  r.undos = s.dsack_undos;
+  r.undos = s.dsack_undos + s.eifel_undos;  // recoveries undone: by D-SACKs (RFC 3708) or timestamps (RFC 3522)
+  r.eifel_undos = s.eifel_undos;
 }
 
 // Client (side 0) sends `size` pattern bytes (seed `seed`) and closes; `setup` may script the link first
@@ -325,11 +326,13 @@ TEST(TcpRack, ReorderedSegmentsCauseFewerSpuriousRetransmissions) {
     });
   };
   Outcome with = run(true), without = run(false);
-  std::printf("reordering: RACK %llu retransmissions (%llu D-SACKs, %llu undos) %llu ms, DupThresh %llu (%llu "
-              "D-SACKs, %llu undos) %llu ms\n",
+  std::printf("reordering: RACK %llu retransmissions (%llu D-SACKs, %llu undos, %llu by timestamps) %llu ms, "
+              "DupThresh %llu (%llu D-SACKs, %llu undos, %llu by timestamps) %llu ms\n",
               (unsigned long long)with.retransmits, (unsigned long long)with.dsacks, (unsigned long long)with.undos,
-              (unsigned long long)with.ms, (unsigned long long)without.retransmits,
-              (unsigned long long)without.dsacks, (unsigned long long)without.undos, (unsigned long long)without.ms);
+              (unsigned long long)with.eifel_undos, (unsigned long long)with.ms,
+              (unsigned long long)without.retransmits, (unsigned long long)without.dsacks,
+              (unsigned long long)without.undos, (unsigned long long)without.eifel_undos,
+              (unsigned long long)without.ms);
   EXPECT_TRUE(with.exact && without.exact);
   EXPECT_EQ(with.rto, 0u);
   EXPECT_LT(with.retransmits, without.retransmits);
@@ -339,6 +342,9 @@ TEST(TcpRack, ReorderedSegmentsCauseFewerSpuriousRetransmissions) {
   EXPECT_GE(without.undos + 1, without.recoveries);
   EXPECT_GE(without.undos, 1u);
   EXPECT_EQ(with.undos, with.recoveries);
+  // The first recovery ends with an ACK for the late original (its TSval is older than the retransmission's):
+  // Eifel detection undoes it there, before the D-SACK of the retransmission arrives.
+  EXPECT_GE(with.eifel_undos, 1u);
 }
 
 }  // namespace
