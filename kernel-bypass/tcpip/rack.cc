@@ -204,6 +204,13 @@ void Rack::forget_sacks() {
   }
 }
 
+bool Rack::retransmitted(SeqNum left, SeqNum right) const {
+  for (size_t i = index_above(left); i < entries_.size() && entries_[i].start < right; ++i) {
+    if (entries_[i].retransmitted) return true;
+  }
+  return false;
+}
+
 bool Rack::first_lost(SeqNum from, SackBlock* out) {
   if (lost_entries_ == 0) return false;
   bool from_low = !(lost_low_ < from);

@@ -73,6 +73,9 @@ class Rack {
   /// The first entry marked lost at or above `from`, as a range (false: none).
   bool first_lost(SeqNum from, SackBlock* out);
   bool any_lost() const { return lost_entries_ > 0; }
+  /// Whether any part of [left, right) still in the record was retransmitted (a D-SACK for data never
+  /// retransmitted reports a duplicate the network made, not a spurious retransmission).
+  bool retransmitted(SeqNum left, SeqNum right) const;
   /// Octets in flight: entries neither SACKed nor marked lost (kept up to date, O(1)).
   uint32_t pipe() const { return pipe_; }
   /// RACK.reo_wnd (§6.2 step 4), µs: 0 in recovery or with DupThresh segments SACKed while no reordering

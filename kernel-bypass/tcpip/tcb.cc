@@ -216,6 +216,9 @@ void Tcb::segment_arrives(const TcpSegment& seg) {
   if (ts_ok_ && seg.options.has_timestamps && !h.has(kRst) &&
       static_cast<int32_t>(seg.options.ts_val - ts_recent_) < 0) {
     ++stack_.stats_.paws_dropped;
+    // Typically the late original of a segment already retransmitted: report it as a D-SACK (RFC 2883, as
+    // Linux's tcp_send_dupack) so the sender can see its retransmission was spurious.
+    if (sack_ok_ && !seg.payload.empty() && h.seq < rcv_nxt_) note_dsack(h.seq, seg.payload.size());
     send_ack();
     return;
   }

@@ -288,6 +288,10 @@ bool Tcb::eifel_delayed(const TcpSegment& seg) const {
 
 void Tcb::dsack_undo(const SackBlock& d) {
   if (undo_retrans_ <= 0 || d.left < undo_low_ || undo_high_ < d.right) return;
+  // Above SND.UNA the record says whether the range was retransmitted: a D-SACK of data sent once is a
+  // duplicate the network made, which says nothing about this recovery's retransmissions (Linux checks
+  // TCPCB_RETRANS the same way). Below SND.UNA the record is gone; that D-SACK counts, as in Linux.
+  if (snd_una_ < d.right && !(rack_on() && rack_.retransmitted(d.left, d.right))) return;
   uint32_t segments = (static_cast<uint32_t>(d.right - d.left) + mss_ - 1) / mss_;
   undo_retrans_ -= static_cast<int>(std::max<uint32_t>(segments, 1));
   if (undo_retrans_ > 0) return;

@@ -327,11 +327,11 @@ inline std::string pattern_bytes(size_t n, uint32_t seed) {
 /// One bulk transfer through a fresh link: side 0 connects to `port` on side 1, sends `size` pattern bytes
 /// (seed `seed`) and closes; `setup(link)` scripts the link first (faults, random loss, a tap). Runs until both
 /// sides closed (at most 600 s simulated). Returns whether the bytes arrived exactly, the simulated ms it took
-/// and the sender's (side 0) counters.
+/// and both sides' counters.
 struct TransferResult {
   bool exact = false;
   uint64_t ms = 0;
-  TcpStats sender;
+  TcpStats sender, receiver;
 };
 template <typename Setup>
 TransferResult one_way_transfer(TcpConfig c, size_t size, uint32_t seed, Setup setup, uint16_t port = 80) {
@@ -349,6 +349,7 @@ TransferResult one_way_transfer(TcpConfig c, size_t size, uint32_t seed, Setup s
   r.ms = link.clock().ms - start;
   r.exact = sink.received == source.data;
   r.sender = link.tcp(0).stats();
+  r.receiver = link.tcp(1).stats();
   return r;
 }
 

@@ -160,6 +160,7 @@ struct Outcome {
   bool exact = false;
   uint64_t ms = 0, rto = 0, probes = 0, rack_lost = 0, lost_rtx = 0, retransmits = 0, dsacks = 0;
   uint64_t recoveries = 0, undos = 0, eifel_undos = 0;
+  uint64_t receiver_paws = 0;  // the receiver's PAWS drops (late originals with an older TSval)
 };
 
 // The sender's (side 0) loss-recovery counters.
@@ -185,6 +186,7 @@ Outcome transfer(TcpConfig c, size_t size, uint32_t seed, Setup setup) {
   r.ms = t.ms;
   r.exact = t.exact;
   read_counters(t.sender, &r);
+  r.receiver_paws = t.receiver.paws_dropped;
   return r;
 }
 
@@ -274,6 +276,46 @@ TEST(TcpRack, RandomLossCompletesFasterThanDupThresh) {
               (unsigned long long)with_rto, (unsigned long long)without_ms, (unsigned long long)without_rto);
   EXPECT_LT(with_rto, without_rto);
   EXPECT_LT(with_ms, without_ms);
+}
+
+TEST(TcpRack, NetworkDuplicateAboveAHoleDoesNotUndoARealLoss) {
+  // The 30th data segment is lost once and the network delivers the 32nd twice: the receiver D-SACKs the copy
+  // (above RCV.NXT, held in its out-of-order queue). That segment was never retransmitted, so the D-SACK says
+  // nothing about the recovery's one retransmission, which repaired a real loss: no undo.
+  for (int dup : {32, 40, 48, 56}) {
+    Outcome r = transfer(conf(true), 256 * 1024, 13, [dup](Link& link) {
+      link.add_fault({.from = 0, .match = testing::Match::kData, .nth = 30});
+      link.add_fault({.from = 0, .match = testing::Match::kData, .nth = dup, .action = testing::Action::kDuplicate});
+    });
+    std::printf("lost 30, duplicated %d: %llu recoveries, %llu retransmissions, %llu D-SACKs, %llu undos\n", dup,
+                (unsigned long long)r.recoveries, (unsigned long long)r.retransmits, (unsigned long long)r.dsacks,
+                (unsigned long long)r.undos);
+    EXPECT_TRUE(r.exact);
+    EXPECT_EQ(r.recoveries, 1u);
+    EXPECT_EQ(r.retransmits, 1u);
+    EXPECT_EQ(r.dsacks, 1u);
+    EXPECT_EQ(r.undos, 0u) << dup;
+  }
+}
+
+TEST(TcpRack, LateOriginalRejectedByPawsIsReportedAsDsack) {
+  // Every 40th client data segment is held 3 ms: RACK retransmits it, the retransmission fills the hole first
+  // and moves the receiver's TS.Recent past the original's TSval, so the original fails PAWS (RFC 7323 §5.3).
+  // The receiver still reports it as a D-SACK (as Linux), and the sender undoes the reductions.
+  Outcome r = transfer(conf(true), 1 << 20, 14, [](Link& link) {
+    for (int n = 40; n < 700; n += 40) {
+      link.add_fault({.from = 0, .match = testing::Match::kData, .nth = n, .action = testing::Action::kDelay,
+                      .delay_ms = 3});
+    }
+  });
+  std::printf("3 ms hold: %llu PAWS drops at the receiver, %llu D-SACKs in, %llu retransmissions, %llu of %llu "
+              "recoveries undone\n",
+              (unsigned long long)r.receiver_paws, (unsigned long long)r.dsacks, (unsigned long long)r.retransmits,
+              (unsigned long long)r.undos, (unsigned long long)r.recoveries);
+  EXPECT_TRUE(r.exact);
+  EXPECT_GE(r.receiver_paws, 1u);
+  EXPECT_EQ(r.dsacks, r.retransmits);  // every retransmission was spurious and each one is reported
+  EXPECT_GE(r.undos + 1, r.recoveries);  // measured: 16 of 17 (one D-SACK came after the next recovery began)
 }
 
 TEST(TcpRack, DuplicateDataIsReportedWithDsackAndWidensTheReorderingWindow) {
