@@ -1,5 +1,5 @@
-// `network kernel|dpdk;` and `dpdk { eal ...; address ...; gateway ...; idle_sleep ...; }` (main context): the
-// network backend (config/network_conf.hh). The dpdk block's body is read here and not through Builder::walk because its
+// `network kernel|dpdk;` and `dpdk { eal ...; address ...; gateway ...; idle_sleep ...; congestion_control ...;
+// rto_min ...; }` (main context): the network backend (config/network_conf.hh). The dpdk block's body is read here and not through Builder::walk because its
 // `address`/`gateway` share their names with the appliance block's rows (names are unique across tables);
 // the same generic errors are produced (unknown directive, `;` vs `{`, argument count, duplicates).
 // finalize_dpdk checks the combinations once the whole file is read (the order of the blocks is free), and
@@ -63,7 +63,9 @@ bool set_dpdk_child(Builder& b, DpdkConf& c, const Directive& d, Seen& seen) {
   static constexpr Row kRows[] = {{"eal", k1More, true},
                                   {"address", kTake1, false},
                                   {"gateway", kTake1, false},
-                                  {"idle_sleep", kTake1, false}};
+                                  {"idle_sleep", kTake1, false},
+                                  {"congestion_control", kTake1, false},
+                                  {"rto_min", kTake1, false}};
   const Row* row = nullptr;
   for (const Row& r : kRows) row = r.name == d.name ? &r : row;
   if (row == nullptr) return b.fail(d.loc, absl::StrCat("unknown directive ", quoted(d.name)));
@@ -87,6 +89,17 @@ bool set_dpdk_child(Builder& b, DpdkConf& c, const Directive& d, Seen& seen) {
     std::optional<uint32_t> us = parse_idle_sleep(v);
     if (!us) return fail_invalid_value(b, d, 0, ", it must be \"off\" or 1us..10ms (\"200us\", \"1ms\", \"1\" = 1ms)");
     c.idle_sleep_us = *us;
+    return true;
+  }
+  if (d.name == "congestion_control") {
+    if (v != "cubic" && v != "reno") return fail_invalid_value(b, d, 0, ", it must be \"cubic\" or \"reno\"");
+    c.congestion_control = v == "reno" ? TcpCongestionControl::kReno : TcpCongestionControl::kCubic;
+    return true;
+  }
+  if (d.name == "rto_min") {
+    std::optional<uint64_t> ms = parse_time_ms(v);
+    if (!ms || *ms == 0 || *ms > 60'000) return fail_invalid_value(b, d, 0, ", it must be 1ms..60s (\"200ms\")");
+    c.rto_min_ms = static_cast<uint32_t>(*ms);
     return true;
   }
   if (d.name == "gateway") {

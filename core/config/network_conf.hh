@@ -53,6 +53,9 @@ enum class NetworkBackend : uint8_t {
   kDpdk,    // DPDK port + kosoku's own TCP/IP stack (kernel-bypass/)
 };
 
+/// `congestion_control cubic|reno;` in the dpdk block (Linux net.ipv4.tcp_congestion_control).
+enum class TcpCongestionControl : uint8_t { kCubic, kReno };
+
 struct DpdkConf {
   bool present = false;              // a dpdk block was given
   std::vector<std::string> eal;      // `eal ARG...;` rte_eal_init argv[1..], in order (repeatable)
@@ -63,6 +66,10 @@ struct DpdkConf {
   std::vector<NetworkConfPos> eal_loc;  // where each `eal` argument was written (same order as `eal`)
   uint32_t idle_sleep_us = 200;      // `idle_sleep 200us|Nms|off;` longest idle back-off sleep; 0 (off):
                                      // pure busy-poll (kernel-bypass/dpdk/idle_backoff.hh)
+  // The TCP stack's tunables (kernel-bypass/tcpip/tcp_stack.hh TcpConfig), named as Linux names them:
+  TcpCongestionControl congestion_control = TcpCongestionControl::kCubic;  // `congestion_control cubic|reno;`
+  uint32_t rto_min_ms = 200;         // `rto_min 200ms;` RFC 6298 §2.4 floor on the RTO (Linux route rto_min),
+                                     // 1 ms .. 60 s
 };
 
 struct NetworkConf {

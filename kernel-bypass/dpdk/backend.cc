@@ -60,6 +60,11 @@ tcpip::InterfaceConfig interface_config(const config::DpdkConf& d) {
 tcpip::TcpConfig tcp_config(const config::MainConf& conf) {
   tcpip::TcpConfig c;
   c.max_streams = conf.worker_connections;
+  const config::DpdkConf& d = conf.network.dpdk;
+  c.congestion_control = d.congestion_control == config::TcpCongestionControl::kReno
+                             ? tcpip::CongestionAlgorithm::kReno
+                             : tcpip::CongestionAlgorithm::kCubic;
+  c.rto_min_ms = d.rto_min_ms;
   return c;
 }
 

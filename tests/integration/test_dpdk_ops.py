@@ -1,7 +1,8 @@
 """Operability of kosoku on `network dpdk` (issue 4), against the Linux kernel over DPDK net_tap: the idle
 back-off (an idle worker must not burn a host core, yet answer promptly), the worker_connections alert, the
 RST sent at exit to connections the shutdown drain could not finish, `kosoku -t`'s EAL argument errors and
-the fatal message when the EAL refuses the configured device.
+the fatal message when the EAL refuses the configured device, and the TCP tunables `rto_min` and
+`congestion_control`.
 
 Each test starts its own kosoku with `--vdev=net_tap0,iface=doptK --no-huge --no-shconf`, moves the tap
 interface into a namespace `kosoku-doK` it creates (10.99.K.1 there, kosoku is 10.99.K.2) and runs its
@@ -299,3 +300,54 @@ def test_refused_device_names_the_cause(tmp_path):
     assert emerg, out
     assert "the EAL refused the configured device(s) net_af_packet0,iface=kosoku-nosuch0" in emerg[0], emerg
     assert "No such device" in emerg[0], emerg  # the driver's own reason, from DPDK's log
+
+
+BLACKOUT_CLIENT = """
+import socket, subprocess, sys, threading
+addr, port, blackout = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+s = socket.create_connection((addr, port), timeout=10)
+def get():
+    s.sendall(b"GET /1k.bin HTTP/1.1\\r\\nHost: t\\r\\n\\r\\n")
+    data = b""
+    while b"\\r\\n\\r\\n" not in data:
+        data += s.recv(65536)
+    head, _, body = data.partition(b"\\r\\n\\r\\n")
+    n = int([l.split(b":")[1] for l in head.split(b"\\r\\n") if l.lower().startswith(b"content-length")][0])
+    while len(body) < n:
+        body += s.recv(65536)
+    return body
+first = get()  # RTT samples on this keep-alive connection
+subprocess.run(["nft", "add table inet bo; add chain inet bo in { type filter hook input priority 0; }; "
+                f"add rule inet bo in ip saddr {addr} drop"], check=True)
+t = threading.Timer(blackout, lambda: subprocess.run(["nft", "delete table inet bo"], check=True))
+t.start()
+second = get()  # kosoku's answer is dropped until the blackout ends: only its retransmissions get through
+t.join()
+print("ok" if first == second and len(first) == 1024 else "mismatch")
+"""
+
+
+def _blackout_rtos(rig: OpsRig, blackout_s: float) -> float:
+    """On one keep-alive connection: a GET, then everything kosoku sends is dropped in the client namespace
+    (nft) for `blackout_s` while a second GET waits for its answer. Returns kosoku's RTOs meanwhile."""
+    before = _metric(rig, "kosoku_dpdk_tcp_rto_expired_total")
+    r = rig.ns_run("python3", "-c", BLACKOUT_CLIENT, rig.addr, str(PORT), str(blackout_s), timeout=30)
+    assert r.stdout.strip() == "ok", r.stdout + r.stderr
+    return _metric(rig, "kosoku_dpdk_tcp_rto_expired_total") - before
+
+
+def test_rto_min_and_congestion_control_directives(make_rig):
+    # `rto_min 20ms` (Linux route rto_min) lowers the RTO's floor: during a 0.5 s blackout the backed-off
+    # retransmission timer fires at ~20, 60, 140, 300 ms (4 RTOs) and the answer arrives with the next one;
+    # with the default 200 ms floor only at 200 ms (the next is at 600 ms: 2). `congestion_control reno` is
+    # accepted; the answers are byte-exact either way.
+    if subprocess.run(["nft", "--version"], capture_output=True).returncode != 0:
+        pytest.skip("nft is missing")
+    low = make_rig(3, dpdk_extra="    rto_min 20ms;\n    congestion_control reno;")
+    rtos_low = _blackout_rtos(low, 0.5)
+    low.stop()
+    default = make_rig(4)
+    rtos_default = _blackout_rtos(default, 0.5)
+    print(f"0.5 s blackout: {rtos_low:.0f} RTOs with rto_min 20ms, {rtos_default:.0f} with the default 200 ms")
+    assert 4 <= rtos_low <= 6, rtos_low
+    assert rtos_default == 2, rtos_default

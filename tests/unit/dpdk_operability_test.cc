@@ -95,6 +95,34 @@ TEST(DpdkConfig, IdleSleepDirective) {
             "t.conf:7:5: \"idle_sleep\" directive is duplicate");
 }
 
+TEST(DpdkConfig, TcpTunables) {
+  // `congestion_control cubic|reno;` (Linux tcp_congestion_control) and `rto_min TIME;` (Linux route rto_min;
+  // nginx time syntax: a bare number is seconds).
+  config::LoadResult r = config::load_from_string(dpdk_conf("-l 0 --no-huge"), "t.conf");
+  ASSERT_TRUE(r.ok()) << r.error.message;
+  EXPECT_EQ(r.conf->network.dpdk.congestion_control, config::TcpCongestionControl::kCubic);  // defaults
+  EXPECT_EQ(r.conf->network.dpdk.rto_min_ms, 200u);
+  r = config::load_from_string(dpdk_conf("-l 0", "    congestion_control reno;\n    rto_min 20ms;\n"), "t.conf");
+  ASSERT_TRUE(r.ok()) << r.error.message;
+  EXPECT_EQ(r.conf->network.dpdk.congestion_control, config::TcpCongestionControl::kReno);
+  EXPECT_EQ(r.conf->network.dpdk.rto_min_ms, 20u);
+  for (auto [text, ms] : std::vector<std::pair<std::string, uint32_t>>{{"1ms", 1}, {"1s", 1000}, {"60s", 60000},
+                                                                        {"2", 2000}, {"1s500ms", 1500}}) {
+    r = config::load_from_string(dpdk_conf("-l 0", "    rto_min " + text + ";\n"), "t.conf");
+    ASSERT_TRUE(r.ok()) << text << ": " << r.error.message;
+    EXPECT_EQ(r.conf->network.dpdk.rto_min_ms, ms) << text;
+  }
+  EXPECT_EQ(load_error(dpdk_conf("-l 0", "    congestion_control bbr;\n")),
+            "t.conf:6:24: invalid value \"bbr\" in \"congestion_control\" directive, it must be \"cubic\" or "
+            "\"reno\"");
+  EXPECT_EQ(load_error(dpdk_conf("-l 0", "    rto_min 61s;\n")),
+            "t.conf:6:13: invalid value \"61s\" in \"rto_min\" directive, it must be 1ms..60s (\"200ms\")");
+  EXPECT_EQ(load_error(dpdk_conf("-l 0", "    rto_min 0;\n")).substr(0, 12), "t.conf:6:13:");
+  EXPECT_EQ(load_error(dpdk_conf("-l 0", "    rto_min fast;\n")).substr(0, 12), "t.conf:6:13:");
+  EXPECT_EQ(load_error(dpdk_conf("-l 0", "    rto_min 20ms;\n    rto_min 30ms;\n")),
+            "t.conf:7:5: \"rto_min\" directive is duplicate");
+}
+
 TEST(DpdkConfig, EalArgumentsThatEalAccepts) {
   // The forms the repository's configs, tests and benches use.
   for (const char* eal : {
