@@ -42,6 +42,7 @@ class CongestionControl {
     ssthresh_ = UINT32_MAX;
     dupacks_ = 0;
     recovery_ = false;
+    app_limited_ = false;
   }
 
   /// RFC 6937 PRR in SACK recovery (default on; off: RFC 6675's cwnd = ssthresh at entry).
@@ -75,10 +76,21 @@ class CongestionControl {
       return true;
     }
     if (!cwnd_limited) {
-      // The CUBIC epoch restarts (K from W_max and the cwnd then) rather than count time the window was not
-      // used (RFC 9438 §5.8; Linux shifts the epoch after idle).
-      if (algorithm_ == CongestionAlgorithm::kCubic) cubic_.restart_epoch();
+      // RFC 9438 §5.8: no growth, and t does not count the time the window was not used: CUBIC's epoch is
+      // shifted by it once the sender is cwnd-limited again (as Linux's tcp_cubic after idle). Restarting the
+      // epoch instead would recompute the curve from the cwnd then: W_max = cwnd, K = 0 in the convex region,
+      // i.e. a flat start after every application-limited round.
+      if (!app_limited_) {
+        app_limited_ = true;
+        app_limited_since_us_ = now_us;
+      }
       return false;
+    }
+    if (app_limited_) {
+      app_limited_ = false;
+      if (algorithm_ == CongestionAlgorithm::kCubic && now_us > app_limited_since_us_) {
+        cubic_.on_app_limited(now_us - app_limited_since_us_);
+      }
     }
     if (cwnd_ < ssthresh_) {
       cwnd_ += std::min(acked, smss_);
@@ -123,6 +135,7 @@ class CongestionControl {
     if (!prr_) cwnd_ = ssthresh_;
     recover_fs_ = std::max(flight, 1u);
     prr_delivered_ = prr_out_ = 0;
+    undone_ = false;
     sndcnt_ = 0;
     recover_ = snd_max;
     have_recover_ = true;
@@ -130,12 +143,14 @@ class CongestionControl {
     dupacks_ = 0;
   }
   /// A cumulative ACK during SACK recovery: an ACK at or beyond RecoveryPoint ends recovery (cwnd =
-  /// ssthresh, RFC 6937 §3 "on exiting recovery"). Returns true when it ended.
+  /// ssthresh, RFC 6937 §3 "on exiting recovery"; a recovery whose reduction undo_reduction() took back ends
+  /// with cwnd = max(cwnd, cwnd before it) instead: its restored ssthresh may be UINT32_MAX). Returns true
+  /// when it ended.
   bool on_sack_recovery_ack(SeqNum ack) {
     dupacks_ = 0;
     if (ack >= recover_) {
       recovery_ = false;
-      if (prr_) cwnd_ = ssthresh_;
+      if (prr_) cwnd_ = undone_ ? std::max(cwnd_, prior_cwnd_) : ssthresh_;
       return true;
     }
     return false;
@@ -174,6 +189,7 @@ class CongestionControl {
   /// back as a D-SACK, RFC 2883 §5 / RFC 3708): cwnd and ssthresh go back to at least their values before it
   /// (Linux tcp_undo_cwnd_reduction). Recovery itself runs on to RecoveryPoint.
   void undo_reduction() {
+    if (recovery_) undone_ = true;  // PRR runs on; its exit must not set cwnd = the restored ssthresh
     if (algorithm_ == CongestionAlgorithm::kCubic) cubic_.undo();  // W_max, K, epoch as before (§4.9.2)
     cwnd_ = std::max(cwnd_, prior_cwnd_);
     ssthresh_ = std::max(ssthresh_, prior_ssthresh_);
@@ -210,6 +226,9 @@ class CongestionControl {
   bool prr_ = true;
   uint64_t recover_fs_ = 1, prr_delivered_ = 0, prr_out_ = 0;  // RFC 6937 RecoverFS, prr_delivered, prr_out
   int64_t sndcnt_ = 0;                                           // PRR's quota left for this ACK, bytes
+  bool undone_ = false;  // undo_reduction() ran during the current SACK recovery
+  bool app_limited_ = false;           // the last ACK outside recovery found the sender not cwnd-limited...
+  uint64_t app_limited_since_us_ = 0;  // ...since the first such ACK at this time (µs)
   uint32_t prior_cwnd_ = 0, prior_ssthresh_ = 0;  // before the last SACK recovery's reduction (undo)
 };
 
