@@ -43,6 +43,7 @@ class CongestionControl {
     dupacks_ = 0;
     recovery_ = false;
     app_limited_ = false;
+    rto_backoff_ = false;
   }
 
   /// RFC 6937 PRR in SACK recovery (default on; off: RFC 6675's cwnd = ssthresh at entry).
@@ -64,6 +65,7 @@ class CongestionControl {
   bool on_ack(SeqNum ack, uint32_t acked, uint32_t flight, bool cwnd_limited = true, uint64_t now_us = 0,
               uint64_t rtt_us = 0) {
     dupacks_ = 0;
+    rto_backoff_ = false;  // progress: a later RTO is a new congestion event
     if (recovery_) {
       if (ack >= recover_) {  // full ACK (step 4): deflate
         recovery_ = false;
@@ -196,10 +198,18 @@ class CongestionControl {
   }
 
   /// The retransmission timer expired (RFC 5681 §3.1 eq. 4, loss window = 1 SMSS; RFC 6582 §4 sets recover;
-  /// CUBIC: RFC 9438 §4.8).
+  /// CUBIC: RFC 9438 §4.8). ssthresh is held when the timer fires again before an ACK made progress (RFC 5681
+  /// §3.1: the segment was already retransmitted by the timer), and with CUBIC when it fires in fast recovery
+  /// (that recovery's reduction stands, as Linux's tcp_enter_loss): CUBIC reduces from cwnd, and cwnd is
+  /// 1 SMSS after an RTO, inflated by duplicate ACKs in NewReno recovery, or PRR's pipe-based value.
   void on_timeout(uint32_t flight, SeqNum snd_max) {
-    ssthresh_ = algorithm_ == CongestionAlgorithm::kCubic ? cubic_.on_timeout(cwnd_)
-                                                           : std::max(flight / 2, 2 * smss_);
+    bool cubic = algorithm_ == CongestionAlgorithm::kCubic;
+    if (rto_backoff_ || (cubic && recovery_)) {
+      if (cubic) cubic_.on_repeated_timeout();
+    } else {
+      ssthresh_ = cubic ? cubic_.on_timeout(cwnd_) : std::max(flight / 2, 2 * smss_);
+    }
+    rto_backoff_ = true;
     cwnd_ = smss_;
     recovery_ = false;
     dupacks_ = 0;
@@ -229,6 +239,7 @@ class CongestionControl {
   bool undone_ = false;  // undo_reduction() ran during the current SACK recovery
   bool app_limited_ = false;           // the last ACK outside recovery found the sender not cwnd-limited...
   uint64_t app_limited_since_us_ = 0;  // ...since the first such ACK at this time (µs)
+  bool rto_backoff_ = false;  // the retransmission timer fired and no ACK has advanced SND.UNA since
   uint32_t prior_cwnd_ = 0, prior_ssthresh_ = 0;  // before the last SACK recovery's reduction (undo)
 };
 

@@ -63,6 +63,15 @@ class Cubic {
   /// congestion avoidance stage after it starts a new epoch with K = 0 and W_max = W_est = cwnd_epoch.
   uint32_t on_timeout(uint32_t cwnd);
 
+  /// A further RTO of the same loss episode (the timer already fired, or a fast recovery already reduced, with
+  /// nothing acknowledged since): no new reduction — W_max, cwnd_prior and ssthresh stay, as RFC 5681 §3.1
+  /// holds ssthresh — but the next congestion avoidance stage starts with K = 0 as after any timeout (§4.8).
+  void on_repeated_timeout() {
+    st_.in_epoch = false;
+    st_.after_timeout = true;
+    carry_ = 0;
+  }
+
   /// What undo() hands back: the caller's cwnd and ssthresh before the undone event, in bytes.
   struct Saved {
     uint32_t cwnd, ssthresh;

@@ -63,6 +63,41 @@ TEST(TcpReview, PrrExitAfterUndoRestoresCwndBeforeRecovery) {
   EXPECT_GE(cc.cwnd(), before);  // was 14000: the undo was lost at the exit
 }
 
+// RFC 5681 §3.1: when the segment has already been retransmitted by the retransmission timer, ssthresh is
+// held constant (Linux: no new ssthresh in the Loss state before an ACK makes progress). CUBIC's reduction is
+// cwnd-based, and cwnd is 1 SMSS after the first RTO: a second, backed-off RTO set ssthresh = 2 SMSS and, by
+// fast convergence, W_max = 0.85 SMSS, so the connection crawled from 2 SMSS after every outage of two RTOs.
+TEST(TcpReview, CubicRepeatedRtoHoldsSsthresh) {
+  CongestionControl cc = grown(20, CongestionAlgorithm::kCubic);
+  cc.on_timeout(20 * kMss, SeqNum{50'000});
+  ASSERT_EQ(cc.ssthresh(), 14 * kMss);
+  ASSERT_EQ(cc.cwnd(), kMss);
+  cc.on_timeout(20 * kMss, SeqNum{50'000});  // the same segment times out again: nothing was acknowledged
+  EXPECT_EQ(cc.ssthresh(), 14 * kMss);        // was 2000
+  EXPECT_EQ(cc.cubic().w_max(), 20 * kMss);   // was 850
+  EXPECT_EQ(cc.cwnd(), kMss);
+  // After progress, a new RTO is a new congestion event again.
+  cc.on_ack(SeqNum{30'000}, kMss, 19 * kMss);
+  cc.on_timeout(19 * kMss, SeqNum{50'000});
+  EXPECT_EQ(cc.ssthresh(), 2 * kMss);  // max(0.7 · 2 SMSS, 2 SMSS)
+}
+
+// An RTO during NewReno fast recovery (no SACK) found cwnd inflated by the duplicate ACKs (RFC 6582 step 3),
+// an artificial value the network never carried; CUBIC's cwnd-based reduction then set ssthresh above the
+// window that had just lost data. The loss episode's ssthresh stands (Linux keeps it on an RTO in Recovery).
+TEST(TcpReview, CubicRtoDuringNewRenoRecoveryIgnoresInflatedCwnd) {
+  CongestionControl cc = grown(20, CongestionAlgorithm::kCubic);
+  const SeqNum una{10'000}, max{30'000};
+  for (int i = 0; i < 3; ++i) cc.on_dupack(una, max, 20 * kMss);
+  ASSERT_TRUE(cc.in_recovery());
+  ASSERT_EQ(cc.ssthresh(), 14 * kMss);
+  for (int i = 0; i < 20; ++i) cc.on_dupack(una, max, 20 * kMss);
+  ASSERT_EQ(cc.cwnd(), 37 * kMss);  // 14 + 3 + 20 SMSS of inflation
+  cc.on_timeout(20 * kMss, max);
+  EXPECT_LE(cc.ssthresh(), 14 * kMss);  // was 25900, above the 20 SMSS that lost data
+  EXPECT_EQ(cc.cwnd(), kMss);
+}
+
 // CUBIC, convex region: a round in which the sender was not cwnd-limited (application- or rwnd-limited) must
 // not restart the cubic curve from the current cwnd (W_max = cwnd, K = 0: a flat start again): RFC 9438 §5.8
 // and Linux (tcp_cubic, "better follow cubic curve after idle period") keep the curve's shape and shift it
