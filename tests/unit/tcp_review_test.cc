@@ -1,10 +1,13 @@
 // Review of the congestion-control changes (PRR, CUBIC, cwnd validation, undo): each test pins one defect
-// found in review, driving CongestionControl (congestion.hh) directly with exact byte values.
+// found in review, driving CongestionControl (congestion.hh) directly with exact byte values, or two stacks
+// through the simulated link (tcp_pipe.hh).
 #include <gtest/gtest.h>
 
 #include <cstdint>
 
 #include "kernel-bypass/tcpip/congestion.hh"
+#include "kernel-bypass/tcpip/tcb.hh"
+#include "tests/unit/tcp_pipe.hh"
 
 namespace kosoku::tcpip {
 namespace {
@@ -126,6 +129,38 @@ TEST(TcpReview, CubicAppLimitedRoundsShiftTheCurveInsteadOfRestartingIt) {
   uint32_t steady = run(110 - 16, false);
   ASSERT_GT(steady, 40 * kMss);  // the steady flow is in the convex region
   EXPECT_GE(paused, steady - steady / 20);
+}
+
+// CUBIC after idle (a keep-alive connection between two responses): W_cubic(t) counts from the epoch's start,
+// so after 10 s without traffic the target is far above cwnd and clamped to 1.5·cwnd — cwnd then grew by half
+// of every acknowledged byte, 50 % per RTT, as in slow start, for a window the path has not carried for 10 s
+// (the inflation Linux's tcp_cubic fixed by shifting the epoch when sending starts after idle, RFC 9438 §5.8).
+TEST(TcpReview, CubicCwndDoesNotJumpAfterIdle) {
+  TcpConfig c;
+  c.recv_buffer_bytes = 4 << 20;
+  testing::Link link(c);
+  int data_index = 0;
+  link.tap = [&](int from, const TcpSegment& seg) {
+    return from != 0 || seg.payload.empty() || ++data_index != 200;  // one loss: CUBIC's congestion avoidance
+  };
+  testing::Sink sink;
+  testing::Source source;
+  net::Stream* client = testing::connect_kept_open(link, sink, source, 80);
+  ASSERT_NE(client, nullptr);
+  client->write(testing::pattern_bytes(1 << 20, 1));
+  client->flush();
+  ASSERT_TRUE(link.run_until([&] { return sink.received.size() == 1u << 20; }, 60'000));
+  link.run_for(5);  // the last ACKs
+  const Tcb& t = testing::tcb(client);
+  ASSERT_EQ(link.tcp(0).stats().sack_recoveries, 1u);
+  ASSERT_GE(t.cc().cwnd(), t.cc().ssthresh());  // congestion avoidance
+  const uint32_t before = t.cc().cwnd();
+  link.run_for(10'000);  // idle
+  client->write(testing::pattern_bytes(4 << 20, 2));
+  client->flush();
+  const size_t base = sink.received.size();
+  ASSERT_TRUE(link.run_until([&] { return sink.received.size() >= base + 3 * size_t{before}; }, 60'000));
+  EXPECT_LT(t.cc().cwnd(), before + before / 5) << "cwnd " << before << " before idle";
 }
 
 }  // namespace
