@@ -409,7 +409,8 @@ class Tcb final : public net::Stream {
   // at its start, not yet reported as D-SACKs; -1: no undo possible (none yet, after an RTO, or done).
   int undo_retrans_ = -1;
   // Eifel detection (RFC 3522) per SACK recovery: the TSval of its first retransmission, and whether every
-  // ACK that advanced SND.UNA in it echoed an older TSval (the originals filled the holes: reordering).
+  // ACK that advanced SND.UNA in it echoed an older TSval (the original filled the hole: reordering). Used
+  // only for a recovery with a single retransmission (tcb_sack.cc).
   uint32_t eifel_ts_ = 0;
   bool eifel_ok_ = false;
   SeqNum undo_low_, undo_high_;

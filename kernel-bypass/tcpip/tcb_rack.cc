@@ -43,7 +43,11 @@ void Tcb::on_rack_timer() {
   if (!rack_on() || state_ == TcpState::kClosed || state_ == TcpState::kTimeWait || snd_una_ == snd_max_) return;
   rack_detect();
   if (!rack_.any_lost()) return;
-  if (!sack_maybe_enter_recovery()) output();
+  if (sack_maybe_enter_recovery()) return;
+  // In PRR recovery the quota was set by the last ACK: the marks just lowered the pipe, so recompute it
+  // (no octets delivered; below ssthresh the reduction bound lets one SMSS go) rather than wait for an ACK.
+  if (cc_.prr_active()) cc_.prr_ack(0, sack_pipe());
+  output();
 }
 
 void Tcb::rack_retransmit_lost() {

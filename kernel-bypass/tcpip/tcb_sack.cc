@@ -176,7 +176,9 @@ void Tcb::sack_ack(const TcpSegment& seg, bool advanced, uint32_t acked, bool du
       if (!delayed) eifel_ok_ = false;  // a retransmission filled a hole: some loss was real
       if (cc_.on_sack_recovery_ack(snd_una_)) {
         rack_.on_recovery_exit();
-        if (eifel_ok_ && delayed && undo_retrans_ > 0) {  // every hole was filled by an original: reordering
+        // RFC 3522 judges one retransmission: with several, a late original of one hole can end recovery
+        // while another hole was a real loss, so only a recovery with a single retransmission is undone here.
+        if (eifel_ok_ && delayed && undo_retrans_ == 1) {  // the original arrived: its retransmission was spurious
           cc_.undo_reduction();
           undo_retrans_ = -1;
           ++stack_.stats_.eifel_undos;
