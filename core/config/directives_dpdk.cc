@@ -1,7 +1,8 @@
 // `network kernel|dpdk;` and `dpdk { eal ...; address ...; gateway ...; idle_sleep ...; congestion_control ...;
-// rto_min ...; }` (main context): the network backend (config/network_conf.hh). The dpdk block's body is read here and not through Builder::walk because its
-// `address`/`gateway` share their names with the appliance block's rows (names are unique across tables);
-// the same generic errors are produced (unknown directive, `;` vs `{`, argument count, duplicates).
+// rto_min ...; }` (main context): the network backend (config/network_conf.hh). The dpdk block's body is read
+// here and not through Builder::walk because its `address`/`gateway` share their names with the appliance
+// block's rows (names are unique across tables); the same generic errors are produced (unknown directive, `;`
+// vs `{`, argument count, duplicates).
 // finalize_dpdk checks the combinations once the whole file is read (the order of the blocks is free), and
 // the `eal` arguments (config/eal_args.hh), pointing at the offending argument.
 #include <arpa/inet.h>

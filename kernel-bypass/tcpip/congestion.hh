@@ -61,7 +61,7 @@ class CongestionControl {
   /// round; without it cwnd does not grow (RFC 7661 §4.3).
   /// Returns true for a partial ACK during recovery: the caller retransmits the first unacknowledged
   /// segment and restarts the retransmission timer (RFC 6582 §3.2 step 3).
-  /// `now_us` and `rtt_us` (SRTT) drive CUBIC's W_cubic(t + RTT).
+  /// `now_us` and `rtt_us` (the TCB passes RACK's min RTT, else SRTT) drive CUBIC's W_cubic(t + RTT).
   bool on_ack(SeqNum ack, uint32_t acked, uint32_t flight, bool cwnd_limited = true, uint64_t now_us = 0,
               uint64_t rtt_us = 0) {
     dupacks_ = 0;
@@ -127,9 +127,9 @@ class CongestionControl {
   bool may_enter_sack_recovery(SeqNum snd_una) const { return !recovery_ && (!have_recover_ || snd_una >= recover_); }
   /// Counts one RFC 6675 duplicate ACK (an ACK that newly SACKs octets); returns DupAcks.
   unsigned count_dupack() { return ++dupacks_; }
-  /// RFC 6675 §5 steps (4.1)/(4.2): RecoveryPoint = HighData (snd_max), ssthresh = cwnd = max(FlightSize/2,
-  /// 2·SMSS) (RFC 5681 eq. 4).
-  /// With PRR, cwnd is left as it was and RecoverFS = flight (RFC 6937 §3); prr_ack() takes over.
+  /// RFC 6675 §5 steps (4.1)/(4.2): RecoveryPoint = HighData (snd_max), ssthresh reduced (Reno: max(FlightSize/2,
+  /// 2·SMSS), RFC 5681 eq. 4; CUBIC: max(cwnd·0.7, 2·SMSS)). Without PRR cwnd = ssthresh at once; with PRR cwnd
+  /// is left as it was and RecoverFS = flight (RFC 6937 §3): prr_ack() takes over.
   void enter_sack_recovery(uint32_t flight, SeqNum snd_max) {
     prior_cwnd_ = cwnd_;
     prior_ssthresh_ = ssthresh_;

@@ -670,7 +670,7 @@ void Tcb::send_segment(SeqNum seq, size_t len, uint8_t flags) {
     stack_.ip_.fill_tcp_checksum(out, tuple_.local, tuple_.remote);  // pseudo-header only with TX offload
   }, stack_.now_ms());
   ++stack_.stats_.segments_out;
-  if (len > 0) cc_.prr_sent(static_cast<uint32_t>(len));  // RFC 6937 prr_out (a no-op outside SACK recovery)
+  if (len > 0) cc_.prr_sent(static_cast<uint32_t>(len));  // RFC 6937 prr_out (counted in recovery; SACK reads it)
   if (flags & kAck) {
     last_ack_sent_ = rcv_nxt_;
     unacked_segments_ = 0;
