@@ -208,16 +208,11 @@ TEST(TcpPrr, RecoveryEndsWithCwndAtSsthresh) {
 TEST(TcpCwndValidation, ApplicationLimitedSenderKeepsItsInitialWindow) {
   // 200 writes of 1000 bytes, one every 5 ms: never more than one segment in flight, so cwnd never limited
   // what went out and must not grow (RFC 7661 §4.3; RFC 9438 §4.6 relies on it when reducing from cwnd).
-  TcpConfig c;
-  Link link(c);
+  Link link;
   Sink sink;
   Source source;
-  source.keep_open = true;
-  ASSERT_EQ(link.tcp(1).listen_port(kPort, 16, sink), 0);
-  std::string err;
-  net::Stream* client = link.tcp(0).connect_from(0, link.addr(1), kPort, source, &err);
-  ASSERT_NE(client, nullptr) << err;
-  ASSERT_TRUE(link.run_until([&] { return source.connected; }, 1000));
+  net::Stream* client = testing::connect_kept_open(link, sink, source, kPort);
+  ASSERT_NE(client, nullptr);
   uint32_t iw = tcb(client).cc().cwnd();
   std::string chunk = pattern_bytes(1000, 3);
   for (int i = 0; i < 200; ++i) {
