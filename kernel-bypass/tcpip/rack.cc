@@ -204,6 +204,16 @@ void Rack::forget_sacks() {
   }
 }
 
+bool Rack::first_sent_once_below(SeqNum ack, uint64_t* xmit_us) const {
+  for (size_t i = head_; i < entries_.size() && entries_[i].start < ack; ++i) {
+    const Entry& e = entries_[i];
+    if (e.retransmitted || e.sacked) continue;
+    *xmit_us = e.xmit_us;
+    return true;
+  }
+  return false;
+}
+
 bool Rack::retransmitted(SeqNum left, SeqNum right) const {
   for (size_t i = index_above(left); i < entries_.size() && entries_[i].start < right; ++i) {
     if (entries_[i].retransmitted) return true;

@@ -76,6 +76,9 @@ class Rack {
   /// Whether any part of [left, right) still in the record was retransmitted (a D-SACK for data never
   /// retransmitted reports a duplicate the network made, not a spurious retransmission).
   bool retransmitted(SeqNum left, SeqNum right) const;
+  /// For an ACK of new data up to `ack` (before on_ack): the send time (µs) of the oldest entry below ack
+  /// that was sent once and not SACKed earlier — an unambiguous RTT sample (RFC 6298 §3, Karn). False: none.
+  bool first_sent_once_below(SeqNum ack, uint64_t* xmit_us) const;
   /// Octets in flight: entries neither SACKed nor marked lost (kept up to date, O(1)).
   uint32_t pipe() const { return pipe_; }
   /// RACK.reo_wnd (§6.2 step 4), µs: 0 in recovery or with DupThresh segments SACKed while no reordering

@@ -13,6 +13,7 @@ namespace kosoku::tcpip {
 
 namespace {
 constexpr unsigned kChallengeAcksPerSecond = 10;  // RFC 5961 §7 rate limit, per connection
+constexpr uint64_t kOowAckIntervalMs = 500;        // oow_ack(): Linux's net.ipv4.tcp_invalid_ratelimit default
 using namespace tcp_flag;
 }  // namespace
 
@@ -123,7 +124,7 @@ void Tcb::send_syn() {
   if (retries_ == 0) {
     timing_ = true;
     timed_seq_ = iss_;
-    timed_at_ms_ = stack_.now_ms();
+    timed_at_us_ = stack_.clock_.now_us();
   } else {
     timing_ = false;  // Karn: no sample from a retransmitted SYN
   }
@@ -155,6 +156,20 @@ void Tcb::challenge_ack() {
   send_ack();
 }
 
+void Tcb::oow_ack(const TcpSegment& seg) {
+  const TcpHeader& h = seg.header;
+  if (seg.payload.empty() && !h.has(kSyn) && !h.has(kFin)) {
+    uint64_t now = stack_.now_ms();
+    if (oow_acked_ && now - last_oow_ack_ms_ < kOowAckIntervalMs) {
+      ++stack_.stats_.oow_acks_skipped;
+      return;
+    }
+    oow_acked_ = true;
+    last_oow_ack_ms_ = now;
+  }
+  send_ack();
+}
+
 void Tcb::syn_sent_arrives(const TcpSegment& seg) {
   const TcpHeader& h = seg.header;
   if (h.has(kAck) && (h.ack <= iss_ || h.ack > snd_max_)) {
@@ -183,11 +198,7 @@ void Tcb::syn_sent_arrives(const TcpSegment& seg) {
     send_syn();
     return;
   }
-  if (ts_ok_ && seg.options.ts_ecr != 0) {
-    rtt_sample(ts_now() - seg.options.ts_ecr);
-  } else if (timing_) {
-    rtt_sample(stack_.now_ms() - timed_at_ms_);
-  }
+  rtt_on_ack(seg, h.ack);
   timing_ = false;
   snd_una_ = h.ack;
   retries_ = 0;
@@ -219,7 +230,7 @@ void Tcb::segment_arrives(const TcpSegment& seg) {
     // Typically the late original of a segment already retransmitted: report it as a D-SACK (RFC 2883, as
     // Linux's tcp_send_dupack) so the sender can see its retransmission was spurious.
     if (sack_ok_ && !seg.payload.empty() && h.seq < rcv_nxt_) note_dsack(h.seq, seg.payload.size());
-    send_ack();
+    oow_ack(seg);
     return;
   }
   if (!acceptable(seg)) {
@@ -231,7 +242,7 @@ void Tcb::segment_arrives(const TcpSegment& seg) {
       output();
     }
     if (sack_ok_ && !seg.payload.empty() && h.seq < rcv_nxt_) note_dsack(h.seq, seg.payload.size());
-    send_ack();
+    oow_ack(seg);
     return;
   }
   last_heard_ms_ = stack_.now_ms();  // keep-alive: the peer is alive
@@ -259,11 +270,7 @@ void Tcb::segment_arrives(const TcpSegment& seg) {
       stack_.send_control(tuple_, h.ack, SeqNum{}, kRst, 0, TcpOptions{});
       return;
     }
-    if (ts_ok_ && seg.options.ts_ecr != 0) {
-      rtt_sample(ts_now() - seg.options.ts_ecr);
-    } else if (timing_) {
-      rtt_sample(stack_.now_ms() - timed_at_ms_);
-    }
+    rtt_on_ack(seg, h.ack);
     timing_ = false;
     retries_ = 0;
     snd_una_ = h.ack;
@@ -320,12 +327,7 @@ void Tcb::process_ack(const TcpSegment& seg) {
       snd_nxt_ = ack;
       if (fin_queued_ && ack > fin_seq()) fin_sent_ = true;  // the ACK covers that FIN: it was sent
     }
-    if (ts_ok_ && seg.options.has_timestamps && seg.options.ts_ecr != 0) {
-      rtt_sample(ts_now() - seg.options.ts_ecr);
-    } else if (timing_ && ack > timed_seq_) {
-      rtt_sample(stack_.now_ms() - timed_at_ms_);
-      timing_ = false;
-    }
+    rtt_on_ack(seg, ack);
     acked = ack - snd_una_;
     if (ack > data_seq_) {
       size_t n = std::min<size_t>(ack - data_seq_, out_bytes_);
@@ -512,19 +514,34 @@ void Tcb::arm(TcbTimer& t, uint64_t delay_ms) { stack_.timers_.arm(t, stack_.now
 
 void Tcb::arm_retransmit() { arm(rtx_timer_, rto_ms_); }
 
+void Tcb::rtt_on_ack(const TcpSegment& seg, SeqNum ack) {
+  uint64_t now_us = stack_.clock_.now_us();
+  uint64_t xmit_us = 0;
+  bool timed = timing_ && ack > timed_seq_;
+  if (timed) timing_ = false;
+  if (rack_on() && rack_.first_sent_once_below(ack, &xmit_us)) {
+    rtt_sample(now_us > xmit_us ? now_us - xmit_us : 0);
+  } else if (ts_ok_ && seg.options.has_timestamps && seg.options.ts_ecr != 0) {
+    rtt_sample(std::max<uint64_t>(ts_now() - seg.options.ts_ecr, 1) * 1000);
+  } else if (timed) {
+    rtt_sample(now_us > timed_at_us_ ? now_us - timed_at_us_ : 0);
+  }
+}
+
 void Tcb::rtt_sample(uint64_t r) {
-  if (r > 60000) return;  // a wild timestamp echo
+  if (r > 60'000'000) return;  // a wild timestamp echo
   if (!have_rtt_) {
-    srtt_ms_ = r;
-    rttvar_ms_ = r / 2;
+    srtt_us_ = r;
+    rttvar_us_ = r / 2;
     have_rtt_ = true;
   } else {
-    uint64_t diff = srtt_ms_ > r ? srtt_ms_ - r : r - srtt_ms_;
-    rttvar_ms_ = (3 * rttvar_ms_ + diff) / 4;
-    srtt_ms_ = (7 * srtt_ms_ + r) / 8;
+    uint64_t diff = srtt_us_ > r ? srtt_us_ - r : r - srtt_us_;
+    rttvar_us_ = (3 * rttvar_us_ + diff) / 4;
+    srtt_us_ = (7 * srtt_us_ + r) / 8;
   }
   const TcpConfig& c = stack_.conf_;
-  rto_ms_ = std::clamp<uint64_t>(srtt_ms_ + std::max<uint64_t>(1, 4 * rttvar_ms_), c.rto_min_ms, c.rto_max_ms);
+  uint64_t rto_us = srtt_us_ + std::max<uint64_t>(1000, 4 * rttvar_us_);
+  rto_ms_ = std::clamp<uint64_t>((rto_us + 999) / 1000, c.rto_min_ms, c.rto_max_ms);
 }
 
 void Tcb::on_timer(TimerKind k) {
@@ -746,7 +763,7 @@ bool Tcb::send_next(uint32_t wnd) {
   if (!retransmission && !ts_ok_ && !timing_ && len > 0) {
     timing_ = true;
     timed_seq_ = snd_nxt_;
-    timed_at_ms_ = stack_.now_ms();
+    timed_at_us_ = stack_.clock_.now_us();
   }
   uint8_t flags = kAck | (fin ? kFin : 0) | (len > 0 && offset + len == out_bytes_ ? kPsh : 0);
   send_segment(snd_nxt_, len, flags);

@@ -108,6 +108,8 @@ class Tcb final : public net::Stream {
   uint32_t snd_wnd() const { return snd_wnd_; }
   uint32_t cwnd() const { return cc_.cwnd(); }
   uint64_t rto_ms() const { return rto_ms_; }
+  /// RFC 6298 SRTT, µs (1 ms before the first sample): RACK's reo_wnd cap and the TLP's PTO use it.
+  uint64_t srtt_us() const { return have_rtt_ ? std::max<uint64_t>(srtt_us_, 1) : 1000; }
   uint16_t mss() const { return mss_; }
   uint8_t snd_wscale() const { return snd_wscale_; }
   uint8_t rcv_wscale() const { return rcv_wscale_; }
@@ -250,6 +252,12 @@ class Tcb final : public net::Stream {
   void peer_fin();
   void take_syn_options(const TcpOptions& o, bool we_offered);
   void challenge_ack();
+  /// The ACK an unacceptable segment gets (PAWS, RFC 7323 §5.3 R1; outside the window, RFC 9293 §3.10.7.4).
+  /// For a pure ACK (no data, SYN or FIN) at most one per kOowAckIntervalMs: answering every stale ACK of a
+  /// reordering path costs a frame each and can feed an ACK loop (Linux's tcp_oow_rate_limited,
+  /// net.ipv4.tcp_invalid_ratelimit); the rest are counted in TcpStats::oow_acks_skipped. Data is always
+  /// answered (its D-SACK), and so is a keep-alive probe, which comes far less often than the interval.
+  void oow_ack(const TcpSegment& seg);
 
   // Output.
   void output();
@@ -265,7 +273,14 @@ class Tcb final : public net::Stream {
   uint16_t window_field(bool syn);
   uint32_t ts_now() const;
   void arm_retransmit();
-  void rtt_sample(uint64_t rtt_ms);
+  /// One RFC 6298 §2 sample, µs: SRTT/RTTVAR updated, RTO = SRTT + max(G, 4·RTTVAR) with G = 1 ms, rounded up
+  /// to ms and clamped to [rto_min, rto_max].
+  void rtt_sample(uint64_t rtt_us);
+  /// The sample an ACK of new data (up to `ack`) gives, in order of precision: RACK's transmission record
+  /// (µs; the oldest newly acknowledged segment sent once and not SACKed before, as Linux's first_ackt, so
+  /// Karn's rule holds); else the timestamp echo (RFC 7323 §4; the TSval clock is ms, a 0 ms echo counts as
+  /// 1 ms as in Linux); else the one timed segment (µs).
+  void rtt_on_ack(const TcpSegment& seg, SeqNum ack);
   // Send buffer (tcb_send_buffer.cc).
   /// Copies `len` bytes from `offset` octets past data_seq_ out of the send buffer; returns the count.
   size_t copy_out(size_t offset, uint8_t* dst, size_t len);
@@ -346,10 +361,10 @@ class Tcb final : public net::Stream {
   uint32_t ts_recent_ = 0;
   uint32_t ts_offset_ = 0;
 
-  // RFC 6298 estimator (ms) and Karn's timing of one segment when timestamps are off.
-  uint64_t srtt_ms_ = 0, rttvar_ms_ = 0, rto_ms_ = 1000;
-  /// SRTT in µs for RACK's reo_wnd cap; the ms estimator says 0 for sub-millisecond paths, so ≥ 1 ms.
-  uint64_t srtt_us() const { return std::max<uint64_t>(srtt_ms_ * 1000, 1000); }
+  // RFC 6298 estimator in µs (a ms estimator rounds a sub-millisecond path to 0 and its integer smoothing
+  // cannot climb from 0 on samples below 8 ms), the RTO in ms (the timer wheel's unit), and Karn's timing of
+  // one segment when neither timestamps nor RACK's record give a sample.
+  uint64_t srtt_us_ = 0, rttvar_us_ = 0, rto_ms_ = 1000;
   /// The RTT CUBIC's W_cubic(t + RTT) uses, µs: RACK's min RTT (µs clock) when known, else SRTT.
   uint64_t cc_rtt_us() const {
     return rack_.min_rtt_us() != UINT64_MAX ? rack_.min_rtt_us() : srtt_us();
@@ -357,12 +372,14 @@ class Tcb final : public net::Stream {
   bool have_rtt_ = false;
   bool timing_ = false;
   SeqNum timed_seq_;
-  uint64_t timed_at_ms_ = 0;
+  uint64_t timed_at_us_ = 0;
   unsigned retries_ = 0;
   uint64_t persist_ms_ = 0;
   CongestionControl cc_;
   unsigned unacked_segments_ = 0;  // received, not yet acknowledged (delayed ACK)
   uint64_t last_challenge_ms_ = 0;
+  uint64_t last_oow_ack_ms_ = 0;  // oow_ack(): when the last reply to an unacceptable pure ACK went
+  bool oow_acked_ = false;
   unsigned challenges_this_second_ = 0;
 
   // Output: the send buffer (owned blocks from data_seq_ on), then the waiting queue (not taken yet).

@@ -39,7 +39,7 @@ bool Tcb::tlp_allowed() const {
 void Tcb::tlp_arm() {
   if (tlp_sent_ && snd_una_ >= tlp_high_) tlp_sent_ = false;  // the previous episode is over
   bool eligible = tlp_allowed();
-  uint64_t pto = have_rtt_ ? 2 * srtt_ms_ : kNoRttPtoMs;
+  uint64_t pto = have_rtt_ ? (2 * srtt_us_ + 999) / 1000 : kNoRttPtoMs;
   if (snd_max_ - snd_una_ <= mss_) pto += kWcDelAckMs;
   pto = std::max(pto, kTlpMinMs);
   uint64_t deadline = stack_.now_ms() + pto;

@@ -100,6 +100,8 @@ struct TcpStats {
   uint64_t segments_in = 0, segments_out = 0, bad_checksum = 0, bad_header = 0;
   uint64_t retransmits = 0, fast_retransmits = 0, rto_expired = 0, zero_window_probes = 0;
   uint64_t dup_acks_in = 0, out_of_order_in = 0, paws_dropped = 0, challenge_acks = 0;
+  uint64_t oow_acks_skipped = 0;  // unacceptable pure ACKs (PAWS, outside the window) left unanswered: one
+                                  // reply per 500 ms per connection (Tcb::oow_ack)
   uint64_t ooo_dropped = 0;  // out-of-order segments (or their tails) dropped: recv_buffer_bytes or the
                              // queue's segment cap reached
   uint64_t rst_in = 0, rst_out = 0, resets_to_closed_port = 0;
