@@ -4,12 +4,9 @@
 #include <rte_lcore.h>
 #include <rte_mbuf.h>
 #include <rte_prefetch.h>
-#include <fcntl.h>
 #include <poll.h>
-#include <signal.h>
 #include <sched.h>
 #include <sys/prctl.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -138,7 +135,7 @@ int start_backend(const config::MainConf& conf, std::string* err, std::string* n
   PortConfig pc;
   pc.port_id = rte_eth_find_next_owned_by(0, RTE_ETH_DEV_NO_OWNER);
   pc.cores = static_cast<uint16_t>(std::clamp(conf.worker_processes, 1, kMaxCores));
-  pc.rx_interrupts = true;  // net_tap: the queue fd, for the idle sleep's wake and the RX signal kick
+  pc.rx_interrupts = true;  // net_tap: the queue fd, for the idle sleep's wake
   g_port = Port::open(pc, err);
   if (g_port == nullptr) return -EINVAL;
   g_flows = std::make_unique<FlowSteering>(pc.cores, g_port->rss_programmed() ? g_port->reta_size() : 128);
@@ -218,8 +215,6 @@ stats::ExtraSection backend_stats_section() {
         idle.wakeups_sent);
     add("dpdk_idle_rx_wakeups_total", "Idle sleeps ended at once by a frame on the RX queue (its interrupt fd)",
         idle.rx_wakeups);
-    add("dpdk_rx_signal_kicks_total", "net_tap queues found readable but unread: RX signal raised by the worker",
-        idle.rx_kicks);
     tcpip::append_tcp_metrics(cs->tcp(), l, &s);  // memory per connection, SACK, RTO, keep-alive
   }
   return s;
@@ -244,10 +239,7 @@ CoreStack::CoreStack(reactor::Reactor& reactor, stats::CoreStats& stats, const c
   if (core == 0) ip_.announce();  // gratuitous ARP (RFC 5227 §3), once per port
   queue_.flush();
   if (core < kMaxCores) g_cores[core].store(this, std::memory_order_release);
-  if (queue.rx_interrupt_fd >= 0) {
-    rx_signal_ = fcntl(queue.rx_interrupt_fd, F_GETSIG);  // net_tap's RX trigger signal (its F_SETSIG)
-    if (core < kMaxCores && idle_.enabled()) rx_wake_ = &g_rx_wake[core];
-  }
+  if (queue.rx_interrupt_fd >= 0 && core < kMaxCores && idle_.enabled()) rx_wake_ = &g_rx_wake[core];
 }
 
 CoreStack::~CoreStack() {
@@ -272,10 +264,8 @@ bool CoreStack::poll() {
   uint64_t now = reactor_.now_ms();
   // Up to 4 bursts per iteration, so disk completions and timers keep their turn under load.
   rte_mbuf* rx[Queue::kBurst];
-  unsigned received = 0;
   for (int b = 0; b < 4; ++b) {
     unsigned n = queue_.rx_burst(rx);
-    received += n;
     for (unsigned i = 0; i < n; ++i) {
       if (i + 1 < n) rte_prefetch0(rte_pktmbuf_mtod(rx[i + 1], void*));
       if (!steer_.dispatch(rx[i])) queue_.deliver(ip_, rx[i], now);
@@ -287,19 +277,6 @@ bool CoreStack::poll() {
     }
     work += n;
     if (n < Queue::kBurst) break;
-  }
-  if (received == 0 && rx_signal_ > 0) {
-    // net_tap reads its queue only after its RX trigger signal (O_ASYNC + F_SETSIG, owned by the process) bumped
-    // a counter. The signal usually lands on the main thread, which EAL pins to this CPU and which runs the
-    // handler only when the scheduler gives it a turn: frames sat unread while this loop spun (100 us at
-    // least, milliseconds when busy, once 200 ms until an RTO), and the idle sleep's poll woke to an unread
-    // queue over and over. An empty burst on a readable queue raises the signal here, in this thread.
-    pollfd p{queue_.config().rx_interrupt_fd, POLLIN, 0};
-    if (::poll(&p, 1, 0) > 0 && (p.revents & POLLIN) != 0) {
-      syscall(SYS_tgkill, getpid(), gettid(), rx_signal_);
-      ++idle_stats_.rx_kicks;
-      ++work;  // not idle: the frames are read next iteration
-    }
   }
   unsigned drained = steer_.drain(queue_, ip_, now);
   if (drained > 0) tcp_.reap();

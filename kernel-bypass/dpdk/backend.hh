@@ -96,7 +96,6 @@ class CoreStack final : public net::Stack, public reactor::Poller, public reacto
   /// The one-shot io_uring poll on the RX queue's interrupt fd that ends an idle sleep when a frame arrives
   /// (backend.cc; null without such an fd). Static storage: an armed poll may complete after this object.
   struct RxWake* rx_wake_ = nullptr;
-  int rx_signal_ = 0;  // net_tap's RX trigger signal (F_GETSIG on the queue fd); 0: none (other PMDs)
   IdleBackoff idle_;
   IdleStats idle_stats_;
   std::atomic<bool> sleeping_{false};

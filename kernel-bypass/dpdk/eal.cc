@@ -7,6 +7,9 @@
 #include <rte_log.h>
 #include <rte_version.h>
 
+#include <signal.h>
+
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
@@ -23,6 +26,19 @@ namespace kosoku::dpdk {
 namespace {
 std::atomic<bool> g_eal_started{false};
 std::string g_init_log;
+
+void rt_signal_taken(int) {}
+
+// init_eal's doc (eal.hh): leaves net_tap no free realtime signal, so it polls its queues.
+void take_tap_rx_trigger_signals() {
+  struct sigaction sa = {};
+  sa.sa_handler = rt_signal_taken;
+  sigemptyset(&sa.sa_mask);
+  for (int sig = SIGRTMIN + 1; sig < SIGRTMAX; ++sig) {
+    struct sigaction old = {};
+    if (sigaction(sig, nullptr, &old) == 0 && old.sa_handler == SIG_DFL) sigaction(sig, &sa, nullptr);
+  }
+}
 
 int collect_bus(const rte_bus* bus, const void* data) {
   auto* out = static_cast<std::vector<std::string>*>(const_cast<void*>(data));
@@ -54,6 +70,9 @@ int init_eal(std::span<const std::string> args, std::string* err) {
   argv.push_back(nullptr);
   // DPDK's own log says why a device was refused (the bus probe failing is not an rte_eal_init error):
   // capture it during init, copy it to stderr where it would have gone, keep it for the error message.
+  if (std::any_of(args.begin(), args.end(), [](const std::string& a) { return absl::StrContains(a, "net_tap"); })) {
+    take_tap_rx_trigger_signals();
+  }
   char* buf = nullptr;
   size_t len = 0;
   FILE* capture = open_memstream(&buf, &len);

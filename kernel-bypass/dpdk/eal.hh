@@ -26,6 +26,12 @@ std::vector<std::string> linked_buses();
 /// "rte_eal_init failed: <rte_strerror> (DPDK: <its error lines>)". DPDK's log during the call is captured
 /// (and copied to stderr): a device the bus probe refused is no rte_eal_init error, only log lines and a
 /// missing port, so the caller names the cause from eal_init_log().
+/// With a net_tap vdev in `args`, realtime signals SIGRTMIN+1 .. SIGRTMAX-1 get a no-op handler first and
+/// keep it: net_tap takes the first of them still SIG_DFL as an "RX trigger" (O_ASYNC: one queued signal per
+/// frame the kernel writes to the tap, delivered to whichever thread, and rx_burst reads only after one), and
+/// with none free it polls its queue on every burst instead (its own fallback, "No Rx trigger signal
+/// available"). A signal per received frame cost the main thread a wake-up each and a frame could sit unread
+/// until the scheduler ran the handler; the worker's idle back-off already sleeps on the queue fd.
 int init_eal(std::span<const std::string> args, std::string* err);
 
 /// DPDK's log lines written during init_eal (empty before it).

@@ -16,7 +16,6 @@ struct IdleStats {
   uint64_t slept_ns = 0;  // time spent in them (measured, ns)
   uint64_t wakeups_sent = 0;  // wake()s sent to sleeping cores this core forwarded frames to
   uint64_t rx_wakeups = 0;    // sleeps ended by a frame on the RX queue (its interrupt fd became readable)
-  uint64_t rx_kicks = 0;      // net_tap: an empty burst on a readable queue, its RX signal raised (backend.cc)
 };
 
 class IdleBackoff {
