@@ -197,16 +197,29 @@ class CongestionControl {
     ssthresh_ = std::max(ssthresh_, prior_ssthresh_);
   }
 
+  /// The last retransmission timeout was spurious (RFC 3522 detection, Tcb): its reduction is taken back as
+  /// undo_reduction() does (RFC 4015 §2: cwnd and ssthresh as before the timeout, CUBIC's state too) and the
+  /// RecoveryPoint it set is dropped, so a real loss later may start fast recovery at once.
+  void undo_timeout() {
+    undo_reduction();
+    rto_backoff_ = false;
+    have_recover_ = false;
+  }
+
   /// The retransmission timer expired (RFC 5681 §3.1 eq. 4, loss window = 1 SMSS; RFC 6582 §4 sets recover;
   /// CUBIC: RFC 9438 §4.8). ssthresh is held when the timer fires again before an ACK made progress (RFC 5681
   /// §3.1: the segment was already retransmitted by the timer), and with CUBIC when it fires in fast recovery
   /// (that recovery's reduction stands, as Linux's tcp_enter_loss): CUBIC reduces from cwnd, and cwnd is
   /// 1 SMSS after an RTO, inflated by duplicate ACKs in NewReno recovery, or PRR's pipe-based value.
-  void on_timeout(uint32_t flight, SeqNum snd_max) {
+  /// Returns true when this timeout reduced ssthresh (a new congestion event undo_timeout() can take back).
+  bool on_timeout(uint32_t flight, SeqNum snd_max) {
     bool cubic = algorithm_ == CongestionAlgorithm::kCubic;
-    if (rto_backoff_ || (cubic && recovery_)) {
+    bool fresh = !(rto_backoff_ || (cubic && recovery_));
+    if (!fresh) {
       if (cubic) cubic_.on_repeated_timeout();
     } else {
+      prior_cwnd_ = cwnd_;  // for undo_timeout()
+      prior_ssthresh_ = ssthresh_;
       ssthresh_ = cubic ? cubic_.on_timeout(cwnd_) : std::max(flight / 2, 2 * smss_);
     }
     rto_backoff_ = true;
@@ -215,6 +228,7 @@ class CongestionControl {
     dupacks_ = 0;
     recover_ = snd_max;
     have_recover_ = true;
+    return fresh;
   }
 
  private:
@@ -240,7 +254,7 @@ class CongestionControl {
   bool app_limited_ = false;           // the last ACK outside recovery found the sender not cwnd-limited...
   uint64_t app_limited_since_us_ = 0;  // ...since the first such ACK at this time (µs)
   bool rto_backoff_ = false;  // the retransmission timer fired and no ACK has advanced SND.UNA since
-  uint32_t prior_cwnd_ = 0, prior_ssthresh_ = 0;  // before the last SACK recovery's reduction (undo)
+  uint32_t prior_cwnd_ = 0, prior_ssthresh_ = 0;  // before the last reduction (SACK recovery or RTO; undo)
 };
 
 }  // namespace kosoku::tcpip

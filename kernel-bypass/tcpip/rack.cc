@@ -92,9 +92,14 @@ void Rack::on_transmit(SeqNum start, SeqNum end, uint64_t now_us) {
 
 void Rack::delivered(const Entry& e, uint64_t now_us) {
   uint64_t rtt = now_us > e.xmit_us ? now_us - e.xmit_us : 0;
-  // §6.2 step 2: a retransmitted segment whose RTT is below min_RTT was delivered by an earlier transmission
-  // (ambiguous: Karn), so it says nothing about the retransmission's time.
-  if (e.retransmitted && rtt < min_rtt_us_) return;
+  // §6.2 step 2: a retransmitted segment says nothing about its retransmission's time when the ACK's TSecr
+  // predates that retransmission (condition 1: an earlier transmission was acknowledged, e.g. after a spurious
+  // timeout) or when its RTT is below min_RTT (condition 2).
+  if (e.retransmitted &&
+      (rtt < min_rtt_us_ ||
+       (echo_ms_ && static_cast<int32_t>(*echo_ms_ - static_cast<uint32_t>(e.xmit_us / 1000)) < 0))) {
+    return;
+  }
   if (!e.retransmitted) min_rtt_us_ = std::min(min_rtt_us_, rtt);
   if (!have_rack_ || sent_after(e.order, order_)) {
     xmit_us_ = e.xmit_us;
@@ -112,7 +117,8 @@ void Rack::delivered(const Entry& e, uint64_t now_us) {
 }
 
 void Rack::on_ack(SeqNum una, SeqNum snd_max, std::span<const SackBlock> blocks, const SackScoreboard& sb,
-                  bool dsack, uint64_t now_us) {
+                  bool dsack, uint64_t now_us, std::optional<uint32_t> echo_ms) {
+  echo_ms_ = echo_ms;
   // Cumulatively acknowledged entries (those SACKed before were counted then).
   while (!empty() && !(una < front().end)) {
     Entry& e = front();
@@ -191,6 +197,16 @@ void Rack::on_rto(bool forget_sacks) {
       pipe_ += len(e);
     }
     if (!e.sacked && !e.lost) set_lost(e);
+  }
+}
+
+void Rack::undo_rto() {
+  for (size_t i = head_; i < entries_.size() && lost_entries_ > 0; ++i) {
+    Entry& e = entries_[i];
+    if (!e.lost) continue;
+    e.lost = false;
+    --lost_entries_;
+    pipe_ += len(e);
   }
 }
 

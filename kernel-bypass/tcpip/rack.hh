@@ -19,6 +19,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 #include <span>
 
@@ -54,8 +55,10 @@ class Rack {
   /// end_seq / rtt, min_RTT and RACK.fack, and reveal reordering (a never-retransmitted segment delivered
   /// below fack). `dsack`: the ACK carried a D-SACK block (RFC 2883), which widens reo_wnd for 16
   /// recoveries; `snd_max`: the highest sequence sent + 1 (the D-SACK round ends when una passes it).
+  /// `echo_ms`: the ACK's timestamp echo as a time of the sender's ms clock (TSecr - the TSval offset, low 32
+  /// bits; none without timestamps), for step 2's first condition.
   void on_ack(SeqNum una, SeqNum snd_max, std::span<const SackBlock> blocks, const SackScoreboard& sb,
-              bool dsack, uint64_t now_us);
+              bool dsack, uint64_t now_us, std::optional<uint32_t> echo_ms = std::nullopt);
 
   /// §6.2 step 5: marks lost each entry not delivered, not already marked, sent before the RACK segment and
   /// more than RACK.rtt + reo_wnd ago. `in_recovery`: fast recovery or an RTO's go-back runs (reo_wnd is 0
@@ -65,6 +68,9 @@ class Rack {
   /// RTO (§6.3 with RFC 6675 §5.1): every entry not SACKed is lost; with `forget_sacks` (the scoreboard was
   /// cleared, RFC 2018 §8) SACKed entries are forgotten too and marked lost.
   void on_rto(bool forget_sacks);
+  /// The RTO was spurious (RFC 3522, Tcb): entries still marked lost are in flight again (not lost), so the
+  /// go-back does not resend them; a later ACK's detection marks again what is really missing.
+  void undo_rto();
   /// The peer reneged (RFC 2018 §8): SACK marks are forgotten; the RTO repairs what is missing.
   void forget_sacks();
   /// A loss recovery ended (fast or RTO): counts down the D-SACK persistence of reo_wnd (§6.2 step 4).
@@ -125,6 +131,7 @@ class Rack {
   uint32_t next_order_ = 0;
   bool have_rack_ = false;
   uint64_t rtt_us_ = 0;   // RACK.rtt
+  std::optional<uint32_t> echo_ms_;  // the current ACK's timestamp echo (on_ack), ms clock
   uint64_t min_rtt_us_ = UINT64_MAX;
   SeqNum fack_;           // RACK.fack: highest end delivered
   bool have_fack_ = false;

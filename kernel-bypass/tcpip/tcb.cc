@@ -323,6 +323,10 @@ void Tcb::process_ack(const TcpSegment& seg) {
   uint32_t acked = 0;
   size_t pending_before = pending_output();
   if (advanced) {
+    if (rto_eifel_) {
+      rto_eifel_ = false;
+      if (eifel_delayed(seg, rto_eifel_ts_)) undo_spurious_rto();
+    }
     if (ack > snd_nxt_) {  // after an RTO rewound snd_nxt_ (and forgot the FIN it had sent)
       snd_nxt_ = ack;
       if (fin_queued_ && ack > fin_seq()) fin_sent_ = true;  // the ACK covers that FIN: it was sent
@@ -454,6 +458,13 @@ void Tcb::process_text(const TcpSegment& seg) {
   rcv_nxt_ += static_cast<uint32_t>(data.size());
   stack_.core_stats_.bytes_in += data.size();
   bool filled_hole = !ooo_.empty();
+  // RFC 2883 §4: octets of this segment the out-of-order queue already held (a retransmission repacketized
+  // over a hole and data above it) are duplicates: the first such stretch is reported as a D-SACK.
+  SackBlock held_dup{rcv_nxt_, rcv_nxt_};
+  if (sack_ok_ && filled_hole && ooo_.front().seq < rcv_nxt_) {
+    const OooSegment& o = ooo_.front();
+    held_dup = SackBlock{o.seq, std::min(rcv_nxt_, o.seq + static_cast<uint32_t>(o.data.size()))};
+  }
   while (!ooo_.empty() && ooo_.front().seq <= rcv_nxt_) {
     OooSegment& o = ooo_.front();
     SeqNum end = o.seq + static_cast<uint32_t>(o.data.size());
@@ -468,6 +479,7 @@ void Tcb::process_text(const TcpSegment& seg) {
     ooo_.erase(ooo_.begin());
   }
   if (filled_hole) update_memory();
+  if (held_dup.left < held_dup.right) note_dsack(held_dup.left, static_cast<size_t>(held_dup.right - held_dup.left));
   if (!data.empty()) ++unacked_segments_;
   if (!fin) {
     if (filled_hole || unacked_segments_ >= 2) {
@@ -601,7 +613,11 @@ void Tcb::on_retransmit_timer() {
     return;
   }
   ++stack_.stats_.rto_expired;
-  cc_.on_timeout(snd_max_ - snd_una_, snd_max_);
+  // RFC 3522 for the timeout: the retransmission below carries TSval ts_now(); the first ACK of new data
+  // that echoes an older one was sent for an original, so the timeout was spurious (undo_spurious_rto). Only a
+  // first expiry that reduced the window is judged; another expiry before an ACK gives up on it.
+  rto_eifel_ = cc_.on_timeout(snd_max_ - snd_una_, snd_max_) && ts_ok_;
+  rto_eifel_ts_ = ts_now();
   if (sack_ok_) sack_on_timeout();
   rto_ms_ = std::min(rto_ms_ * 2, c.rto_max_ms);  // RFC 6298 §5.5 backoff
   timing_ = false;                                // Karn
@@ -609,6 +625,16 @@ void Tcb::on_retransmit_timer() {
   if (fin_sent_ && snd_nxt_ <= fin_seq()) fin_sent_ = false;
   output();
   arm_retransmit();
+}
+
+void Tcb::undo_spurious_rto() {
+  cc_.undo_timeout();
+  if (rack_on()) rack_.undo_rto();
+  if (snd_nxt_ < snd_max_) {  // the go-back stops: the originals were in flight, not lost
+    snd_nxt_ = snd_max_;
+    if (fin_queued_ && snd_max_ > fin_seq()) fin_sent_ = true;  // a FIN sent before the timeout counts again
+  }
+  ++stack_.stats_.spurious_rtos;
 }
 
 void Tcb::on_persist_timer() {

@@ -230,8 +230,14 @@ class Tcb final : public net::Stream {
   /// Sender: a D-SACK block arrived: when it covers one of the last recovery's retransmissions it counts down
   /// undo_retrans_; at 0 every retransmission was spurious and the window reduction is undone.
   void dsack_undo(const SackBlock& dsack);
-  /// RFC 3522: the ACK echoes a TSval older than the recovery's first retransmission (an original arrived).
-  bool eifel_delayed(const TcpSegment& seg) const;
+  /// RFC 3522: the ACK echoes a TSval older than `first_rtx_ts`, the one the first retransmission of a
+  /// recovery or a timeout carried (an original arrived).
+  bool eifel_delayed(const TcpSegment& seg, uint32_t first_rtx_ts) const;
+  /// The last retransmission timeout was spurious (RFC 3522 detection): RFC 4015's response — cwnd and
+  /// ssthresh as before it (CongestionControl::undo_timeout), RACK's lost marks withdrawn, and the go-back
+  /// ends (SND.NXT back to SND.MAX: the originals are in flight). Counted in TcpStats::spurious_rtos; the
+  /// backed-off RTO is recomputed by the ACK's RTT sample.
+  void undo_spurious_rto();
   /// Arms the release timer (kReleaseIdleMs) unless it runs; when it fires with no input held and nothing to
   /// send, the input buffer and the kept output block are freed (they come back on the next byte).
   void arm_release();
@@ -430,6 +436,8 @@ class Tcb final : public net::Stream {
   // only for a recovery with a single retransmission (tcb_sack.cc).
   uint32_t eifel_ts_ = 0;
   bool eifel_ok_ = false;
+  uint32_t rto_eifel_ts_ = 0;  // TSval of the last timeout's retransmission (RFC 3522)...
+  bool rto_eifel_ = false;     // ...judged on the first ACK of new data after it
   SeqNum undo_low_, undo_high_;
   // Receiver D-SACK (RFC 2883 §4): a duplicate range below RCV.NXT, reported first in the next ACK only.
   bool dsack_pending_ = false;

@@ -23,7 +23,9 @@ void Tcb::rack_sent(SeqNum seq, uint32_t len) {
 
 void Tcb::rack_ack(const TcpSegment& seg, bool dsack) {
   std::span<const SackBlock> blocks{seg.options.sack, seg.options.sack_count};
-  rack_.on_ack(snd_una_, snd_max_, blocks, sb_, dsack, stack_.clock_.now_us());
+  std::optional<uint32_t> echo;
+  if (ts_ok_ && seg.options.has_timestamps && seg.options.ts_ecr != 0) echo = seg.options.ts_ecr - ts_offset_;
+  rack_.on_ack(snd_una_, snd_max_, blocks, sb_, dsack, stack_.clock_.now_us(), echo);
   rack_detect();
 }
 

@@ -172,7 +172,7 @@ void Tcb::sack_ack(const TcpSegment& seg, bool advanced, uint32_t acked, bool du
   if (rack_on()) rack_ack(seg, dsack);
   if (advanced) {
     if (cc_.in_recovery()) {
-      bool delayed = eifel_delayed(seg);
+      bool delayed = eifel_delayed(seg, eifel_ts_);
       if (!delayed) eifel_ok_ = false;  // a retransmission filled a hole: some loss was real
       if (cc_.on_sack_recovery_ack(snd_una_)) {
         rack_.on_recovery_exit();
@@ -283,9 +283,9 @@ void Tcb::sack_send() {
   }
 }
 
-bool Tcb::eifel_delayed(const TcpSegment& seg) const {
+bool Tcb::eifel_delayed(const TcpSegment& seg, uint32_t first_rtx_ts) const {
   const TcpOptions& o = seg.options;
-  return ts_ok_ && o.has_timestamps && o.ts_ecr != 0 && static_cast<int32_t>(o.ts_ecr - eifel_ts_) < 0;
+  return ts_ok_ && o.has_timestamps && o.ts_ecr != 0 && static_cast<int32_t>(o.ts_ecr - first_rtx_ts) < 0;
 }
 
 void Tcb::dsack_undo(const SackBlock& d) {
@@ -303,7 +303,7 @@ void Tcb::dsack_undo(const SackBlock& d) {
 }
 
 void Tcb::sack_on_timeout() {
-  undo_retrans_ = -1;  // an RTO's reduction is not undone (that needs RFC 3522's timestamps)
+  undo_retrans_ = -1;  // D-SACKs undo no RTO; timestamps may (RFC 3522, Tcb::undo_spurious_rto)
   sb_.clear();  // RFC 2018 §8 / RFC 6675 §5.1
   rack_.on_rto(true);  // RFC 8985 §6.3: everything outstanding is lost; the go-back resends it
   high_rxt_ = snd_una_;

@@ -122,6 +122,8 @@ struct TcpStats {
                                    // came back as D-SACKs (RFC 3708)
   uint64_t eifel_undos = 0;        // recoveries whose reduction was undone because the ACK ending them echoed
                                    // a TSval older than their first retransmission (RFC 3522)
+  uint64_t spurious_rtos = 0;      // retransmission timeouts undone: the first ACK after one echoed a TSval
+                                   // older than its retransmission (RFC 3522, RFC 4015; Linux TCPSpuriousRTOs)
   uint64_t ephemeral_not_local = 0;  // candidate source ports skipped by connect(): their return traffic
                                      // would be steered to another core (FlowOwner)
   uint64_t memory_bytes = 0;  // gauge: TCBs (TIME_WAIT included) + their buffers, bytes

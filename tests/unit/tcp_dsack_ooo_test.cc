@@ -110,6 +110,28 @@ TEST(TcpDsackOoo, DuplicateAboveRcvNxtIsAckedAtOnceFirstThenItsQueuedBlock) {
   EXPECT_EQ(r.link.tcp(1).stats().ooo_dropped, 0u);
 }
 
+TEST(TcpDsackOoo, InOrderSegmentOverlappingQueuedDataReportsTheOverlap) {
+  Receiver r(with_sack(true));
+  ASSERT_TRUE(r.ok());
+  r.send(1000, 2000);
+  r.send(3000, 4000);
+  ASSERT_EQ(r.acks.size(), 2u);
+  // A retransmission repacketized over the hole and past it: [0, 1500) is in order, [1000, 1500) was queued.
+  // The ACK goes at once, for RCV.NXT 2000 (the queued [1000, 2000) joined), the duplicate as its D-SACK
+  // (below the cumulative ACK), then the remaining queued block.
+  r.send(0, 1500);
+  ASSERT_EQ(r.acks.size(), 3u);
+  EXPECT_EQ(r.acks[2].header.ack, r.base + 2000);
+  EXPECT_EQ(blocks(r, r.acks[2]), (Blocks{{1000, 1500}, {3000, 4000}}));
+  // In order and touching the queue only: no D-SACK.
+  r.send(2000, 3000);
+  ASSERT_EQ(r.acks.size(), 4u);
+  EXPECT_EQ(r.acks[3].header.ack, r.base + 4000);
+  EXPECT_EQ(blocks(r, r.acks[3]), Blocks{});
+  r.sink.drain();
+  EXPECT_TRUE(r.sink.received == r.stream.substr(0, 4000));
+}
+
 TEST(TcpDsackOoo, PartialOverlapReportsOnlyTheFirstOverlappingPart) {
   Receiver r(with_sack(true));
   ASSERT_TRUE(r.ok());

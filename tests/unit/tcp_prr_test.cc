@@ -155,7 +155,9 @@ TEST(TcpCubic, RandomLossKeepsMoreInFlightThanReno) {
   std::printf("3 %% loss, 6 seeds: CUBIC %llu ms (%llu RTOs), Reno %llu ms (%llu RTOs)\n",
               (unsigned long long)cubic.ms, (unsigned long long)cubic.rto, (unsigned long long)reno.ms,
               (unsigned long long)reno.rto);
-  EXPECT_LT(cubic.ms * 5, reno.ms * 4);  // measured 1,133 vs 1,586 ms: at least 20 % faster
+  // Measured 1,133 vs 1,586 ms; 1,133 vs 1,388 once RACK ignored retransmissions whose ACK echoes an earlier
+  // transmission (RFC 8985 §6.2 step 2, condition 1), which helped Reno's longer recoveries: at least 10 % faster.
+  EXPECT_LT(cubic.ms * 10, reno.ms * 9);
 }
 
 TEST(TcpPrr, RecoveryEndsWithCwndAtSsthresh) {

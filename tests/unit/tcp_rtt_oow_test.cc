@@ -1,4 +1,5 @@
-// The RTT estimator in µs (RFC 6298 §2 with samples from RACK's transmission record) and the rate limit on
+// The RTT estimator in µs (RFC 6298 §2 with samples from RACK's transmission record), spurious timeouts undone
+// by timestamps (RFC 3522 / RFC 4015), and the rate limit on
 // answers to unacceptable pure ACKs (RFC 7323 §5.3 R1, as Linux's tcp_invalid_ratelimit), through two stacks on
 // the simulated link (1 ms one way: a 2 ms RTT).
 #include <gtest/gtest.h>
@@ -109,6 +110,37 @@ TEST(TcpOowAck, StalePureAcksGetOneAnswerPerHalfSecondDataAlways) {
   EXPECT_EQ(st.oow_acks_skipped, 10u);
   link.run_for(10);
   EXPECT_EQ(sink.received.size(), 3000u);  // nothing of the stale segments was taken
+}
+
+// The server's ACKs take 45 ms more from its 10th segment on (a delay spike on the return path): the client's
+// RTO (30 ms) fires for data that was delivered. The first ACK after it echoes the TSval of an original, older
+// than the retransmission's: with timestamps the timeout is undone (RFC 3522 / RFC 4015: cwnd back, no
+// go-back); without them the client resends its whole flight.
+TEST(TcpSpuriousRto, TimestampsUndoATimeoutForDelayedAcks) {
+  auto run = [](bool timestamps) {
+    TcpConfig c;
+    c.rto_min_ms = 30;
+    c.timestamps = timestamps;
+    return testing::one_way_transfer(c, 256 * 1024, 7, [](Link& link) {
+      link.add_fault(Fault{.from = 1, .match = Match::kAny, .nth = 10, .count = 1 << 20, .action = Action::kDelay,
+                           .delay_ms = 45});
+    });
+  };
+  testing::TransferResult eifel = run(true), plain = run(false);
+  std::printf("ACKs delayed 45 ms, RTO 30 ms: timestamps %llu RTOs, %llu undone, %llu retransmissions, %llu ms; "
+              "none %llu RTOs, %llu retransmissions, %llu ms\n",
+              (unsigned long long)eifel.sender.rto_expired, (unsigned long long)eifel.sender.spurious_rtos,
+              (unsigned long long)eifel.sender.retransmits, (unsigned long long)eifel.ms,
+              (unsigned long long)plain.sender.rto_expired, (unsigned long long)plain.sender.retransmits,
+              (unsigned long long)plain.ms);
+  EXPECT_TRUE(eifel.exact);
+  EXPECT_TRUE(plain.exact);
+  EXPECT_EQ(eifel.sender.rto_expired, 1u);
+  EXPECT_EQ(eifel.sender.spurious_rtos, 1u);
+  EXPECT_EQ(plain.sender.spurious_rtos, 0u);
+  EXPECT_GE(plain.sender.rto_expired, 1u);
+  EXPECT_LT(eifel.sender.retransmits * 4, plain.sender.retransmits);  // no go-back of the flight
+  EXPECT_LT(eifel.ms, plain.ms);
 }
 
 }  // namespace
