@@ -25,6 +25,9 @@ counted. Per run: kosoku's dpdk_tcp_* counters (status location, tap) or the ser
 counters (veth: TcpRetransSegs, TcpExtTCPTimeouts, TcpExtTCPLossProbes, ...), the client namespace's TCP counters,
 the relay's CPU share, the kosoku worker thread's on-CPU and run-queue wait (schedstat), /proc/loadavg.
 Profile `relay0` passes a clean link through the relay with no delay: its goodput is the relay's ceiling.
+--rps-cpus MASK turns on RPS on both sides' first-hop receiving interface: a tap runs the receive side's whole
+kernel path (forwarding, the client's TCP) synchronously inside kosoku's write() on kosoku's CPU, which no NIC
+does; with RPS it runs in softirq on the CPUs of MASK, as the Linux sender's own transmissions mostly do.
 
 Writes bench/results/<date>-<tag>.md and .json (--no-save: print only). `--render X.json` rewrites X.md. Both
 keep a hand-written tail of an existing .md that starts with the line "## Notes (by hand)".
@@ -240,6 +243,14 @@ http {{
         self.link = impair.ImpairedLink(tap, self.client_ns, peer_cidr, self.k, self.work, self.args.backend,
                                         prefix=self.name)
         self.link.attach()
+        if self.args.rps_cpus:
+            # RPS on the first hop's receiving end (the tap, or the server veth's peer): the kernel's forwarding and
+            # the client's receive path run in softirq on those CPUs, as a NIC's interrupt would put them,
+            # instead of inside the sender's write() (tun runs them synchronously there).
+            qdir = f"/sys/class/net/{self.link.tap}/queues"
+            for q in in_ns(self.link.mid_ns, "ls", qdir).stdout.split():
+                if q.startswith("rx-"):
+                    in_ns(self.link.mid_ns, "sh", "-c", f"echo {self.args.rps_cpus} > {qdir}/{q}/rps_cpus")
         if self.args.autogroup_nice is not None:
             Path(f"/proc/{self.kosoku_pid()}/autogroup").write_text(str(self.args.autogroup_nice))
         self.wait_answering()
@@ -469,7 +480,8 @@ def render(data: dict) -> str:
              f"```\n{data['command']}\n```", "",
              f"Binary: `{a['bin']}` (sha256 {data['bin_sha256'][:16]}…, {data['bin_size']} B). Machine: "
              f"{data['machine']}. Impairment backend: **{data['backend']}**. Linux congestion control (veth server): "
-             f"**{data.get('linux_cc', 'the host default (not recorded)')}**; kosoku's: its default (cubic). Load (1/5/15 min) before "
+             f"**{data.get('linux_cc', 'the host default (not recorded)')}**; kosoku's: its default (cubic). RPS on the first hop: "
+             f"**{('CPU mask ' + a['rps_cpus']) if a.get('rps_cpus') else 'off'}**. Load (1/5/15 min) before "
              f"{data['load_before']}, after {data['load_after']}; wall time {data['wall_s']:.0f} s.", "",
              "Goodput = body bytes / (curl time_total − time_connect), MB = 10^6 B; median (min–max) over the runs; "
              "tap/veth = median of the per-round ratios (range). Calibration fetches checked by sha256, the timed runs "
@@ -614,6 +626,9 @@ def main() -> int:
     ap.add_argument("--linux-cc", default="cubic",
                     help="the veth side's Linux congestion control (route congctl; Linux's and kosoku's default is "
                          "cubic), or 'host' for the host's default (net.ipv4.tcp_congestion_control)")
+    ap.add_argument("--rps-cpus", default="",
+                    help="hex CPU mask written to rps_cpus of both sides' first-hop receiving interface (the tap; "
+                         "the server veth's peer), e.g. 2: the receive side's kernel work on CPU 1 (default: off)")
     ap.add_argument("--backend", default="", help="impair.py backend: netem or nft+relay (default: netem if any)")
     ap.add_argument("--autogroup-nice", type=int, default=None, help="written to both kosokus' /proc/PID/autogroup")
     ap.add_argument("--budget", type=int, default=3600, help="seconds: kosoku runs under timeout this long")
