@@ -203,6 +203,8 @@ stats::ExtraSection backend_stats_section() {
     add("dpdk_tcp_ephemeral_not_local_total", "Source ports skipped: their flow belongs to another core",
         t.ephemeral_not_local);
     add("dpdk_tcp_retransmits_total", "TCP segments retransmitted", t.retransmits);
+    add("dpdk_tcp_tx_blocked_total",
+        "TCP connections that held new segments back: the TX relay ring had less than a burst of room", t.tx_blocked);
     add("dpdk_tcp_bad_checksum_total", "TCP segments with a bad checksum", t.bad_checksum);
     add("dpdk_tcp_resets_out_total", "TCP RSTs sent", t.rst_out);
     add("dpdk_tcp_syn_dropped_max_streams_total", "SYNs dropped: worker_connections are not enough",
@@ -234,6 +236,9 @@ CoreStack::CoreStack(reactor::Reactor& reactor, stats::CoreStats& stats, const c
   if (idle_.enabled()) prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
   ip_.set_arp_listener(&steer_);
   tcp_.set_flow_owner(&steer_);
+  // TX backpressure on the relay ring (only a core without a TX queue has a bounded, measurable TX path): new
+  // segments wait while fewer than one burst of slots is left, which keeps a burst for ACKs and retransmissions.
+  if (queue.tx_queue < 0) tcp_.set_tx_backpressure(&queue_, Queue::kBurst);
   reactor_.add_poller(this);
   reactor_.timers().arm(*this, reactor_.now_ms() + kArpTickMs);
   if (core == 0) ip_.announce();  // gratuitous ARP (RFC 5227 §3), once per port
@@ -281,6 +286,7 @@ bool CoreStack::poll() {
   unsigned drained = steer_.drain(queue_, ip_, now);
   if (drained > 0) tcp_.reap();
   work += drained + queue_.flush();
+  if (size_t resumed = tcp_.resume_tx(); resumed > 0) work += static_cast<unsigned>(resumed) + queue_.flush();
   if (work > 0) {
     idle_.worked(reactor_.now_ns());
     wake_peers();
@@ -291,7 +297,8 @@ bool CoreStack::poll() {
 }
 
 void CoreStack::idle_wait() {
-  if (reactor_.has_tasks() || queue_.tx_pending() > 0) {
+  // Connections waiting for room in the TX relay ring have data to send: not idle (resume_tx each iteration).
+  if (reactor_.has_tasks() || queue_.tx_pending() > 0 || tcp_.tx_waiting() > 0) {
     idle_.worked(reactor_.now_ns());
     return;
   }

@@ -92,7 +92,7 @@ unsigned Queue::flush() {
   if (conf_.tx_queue >= 0) {
     sent = rte_eth_tx_burst(conf_.port, static_cast<uint16_t>(conf_.tx_queue), tx_, static_cast<uint16_t>(tx_count_));
   } else {
-    sent = rte_ring_sp_enqueue_burst(conf_.tx_ring, reinterpret_cast<void* const*>(tx_), tx_count_, nullptr);
+    sent = rte_ring_sp_enqueue_burst(conf_.tx_ring, reinterpret_cast<void* const*>(tx_), tx_count_, &ring_free_);
   }
   ++stats_.tx_bursts;
   stats_.tx_packets += sent;
@@ -103,6 +103,12 @@ unsigned Queue::flush() {
   }
   tx_count_ = 0;
   return sent;
+}
+
+size_t Queue::tx_room() const {
+  if (conf_.tx_queue >= 0 || conf_.tx_ring == nullptr) return SIZE_MAX;
+  if (ring_free_ < tx_count_ + kRoomExact) ring_free_ = rte_ring_free_count(conf_.tx_ring);
+  return ring_free_ > tx_count_ ? ring_free_ - tx_count_ : 0;
 }
 
 }  // namespace kosoku::dpdk

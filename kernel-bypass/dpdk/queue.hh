@@ -13,7 +13,9 @@
 // With TX checksum offload, frame_send() marks IPv4 frames RTE_MBUF_F_TX_IPV4 | IP_CKSUM (| TCP_CKSUM for TCP)
 // with l2_len/l3_len; the Interface left the IPv4 checksum 0 and the TCP pseudo-header sum in place.
 // A core without a TX queue enqueues its bursts on its tx ring instead (steering.hh); its TX core sends them.
-// Frames the PMD or the ring refuse are freed at once and counted in tx_refused: TCP retransmits them.
+// Frames the PMD or the ring refuse are freed at once and counted in tx_refused: TCP retransmits them. To keep
+// that from happening on the ring, tx_room() reports its free slots and the core's TcpStack holds new data
+// segments back while fewer than a burst are left (TX backpressure, TcpStack::set_tx_backpressure).
 #pragma once
 
 #include <cstdint>
@@ -75,6 +77,14 @@ class Queue final : public tcpip::PacketIO {
   tcpip::MacAddr mac() const override { return conf_.mac; }
   uint16_t mtu() const override { return conf_.mtu; }
   bool tx_checksum_offload() const override { return conf_.tx_checksum_offload; }
+  /// Frames this core can still send without a refusal. Through the TX relay ring (tx_queue -1): the ring's
+  /// free slots minus the frames of the pending burst (tx_pending), exact when below kRoomExact, otherwise a
+  /// lower bound (the free count the last flush or read saw: only the relaying core frees slots, so the real
+  /// count can only be larger); one read of the ring's consumer index (rte_ring_free_count) when near. With a
+  /// TX queue of its own: SIZE_MAX, unknown (a PMD's free descriptors have no cheap portable measure; its
+  /// refusals are still counted in tx_refused).
+  size_t tx_room() const override;
+  static constexpr unsigned kRoomExact = 4 * kBurst;
 
   const QueueConfig& config() const { return conf_; }
   const QueueStats& stats() const { return stats_; }
@@ -86,6 +96,7 @@ class Queue final : public tcpip::PacketIO {
   rte_mbuf* building_ = nullptr;  // from frame_begin until frame_send
   rte_mbuf* tx_[kBurst] = {};
   unsigned tx_count_ = 0;
+  mutable unsigned ring_free_ = 0;  // relay ring: free slots at the last flush or tx_room() read (a lower bound)
   QueueStats stats_;
 };
 

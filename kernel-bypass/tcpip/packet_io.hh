@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <span>
 
 #include "kernel-bypass/tcpip/ipv4_addr.hh"
@@ -24,6 +25,11 @@ class PacketIO {
   /// True if the link completes IPv4 header and TCP checksums of the frames it sends (DPDK TX checksum
   /// offload): the stack then leaves the IPv4 checksum 0 and writes only the TCP pseudo-header sum.
   virtual bool tx_checksum_offload() const { return false; }
+  /// Frames (one per frame_begin/frame_send pair) the link can still accept right now without refusing one,
+  /// counting the frames it already buffers; SIZE_MAX: unknown or unbounded (the default). May be a lower
+  /// bound when large (dpdk::Queue says which). TcpStack reads it before each new data segment (TX
+  /// backpressure, TcpStack::set_tx_backpressure), so it must be cheap: O(1), no system call.
+  virtual size_t tx_room() const { return std::numeric_limits<size_t>::max(); }
 
  protected:
   ~PacketIO() = default;

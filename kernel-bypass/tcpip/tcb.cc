@@ -778,6 +778,7 @@ bool Tcb::send_next(uint32_t wnd) {
   if (usable < static_cast<int32_t>(len)) len = usable > 0 ? static_cast<size_t>(usable) : 0;
   bool fin = fin_queued_ && offset + len == out_bytes_;
   if (len == 0 && !fin) return false;
+  if (!(snd_nxt_ < snd_max_) && stack_.tx_hold(*this)) return false;  // new segment, no TX room: wait (tcp_stack.hh)
   // Sender SWS avoidance (RFC 9293 §3.8.6.2.1): a window-limited runt waits unless it is half the window.
   // With nothing in flight no ACK will come to reopen it, so the runt goes (the override of §3.8.6.2.1).
   // A retransmission is never held back: after an RTO rewind the data "in flight" is the very data to resend,

@@ -459,6 +459,12 @@ class Tcb final : public net::Stream {
   TcbTimer rack_timer_{this, TimerKind::kRack};
   size_t accounted_bytes_ = 0;  // what this TCB added to TcpStats::memory_bytes
   uint32_t recv_limit_ = 0, send_limit_ = 0;  // set_buffer_limits()
+  // TX backpressure (tcp_stack.hh): send_next held a new segment back for want of TX room; this TCB's links
+  // in its TcpStack's FIFO of waiting connections (TcpStack::tx_wait / tx_unwait / resume_tx).
+  friend class TcpStack;
+  bool tx_waiting_ = false;
+  Tcb* tx_wait_prev_ = nullptr;
+  Tcb* tx_wait_next_ = nullptr;
 };
 
 }  // namespace kosoku::tcpip

@@ -378,6 +378,7 @@ void TcpStack::stream_closed(Tcb& tcb) {
 }
 
 void TcpStack::remove(Tcb& tcb) {
+  tx_unwait(tcb);
   if (tcb.counts_in_backlog()) {
     auto l = listeners_.find(tcb.tuple().local_port);
     if (l != listeners_.end() && l->second.half_open > 0) --l->second.half_open;
@@ -400,6 +401,39 @@ void TcpStack::remove(Tcb& tcb) {
     }
   }
   zombies_.push_back(&tcb);
+}
+
+void TcpStack::tx_wait(Tcb& tcb) {
+  if (tcb.tx_waiting_) return;
+  tcb.tx_waiting_ = true;
+  tcb.tx_wait_prev_ = tx_wait_tail_;
+  tcb.tx_wait_next_ = nullptr;
+  (tx_wait_tail_ != nullptr ? tx_wait_tail_->tx_wait_next_ : tx_wait_head_) = &tcb;
+  tx_wait_tail_ = &tcb;
+  ++tx_waiting_count_;
+  ++stats_.tx_blocked;
+}
+
+void TcpStack::tx_unwait(Tcb& tcb) {
+  if (!tcb.tx_waiting_) return;
+  (tcb.tx_wait_prev_ != nullptr ? tcb.tx_wait_prev_->tx_wait_next_ : tx_wait_head_) = tcb.tx_wait_next_;
+  (tcb.tx_wait_next_ != nullptr ? tcb.tx_wait_next_->tx_wait_prev_ : tx_wait_tail_) = tcb.tx_wait_prev_;
+  tcb.tx_wait_prev_ = tcb.tx_wait_next_ = nullptr;
+  tcb.tx_waiting_ = false;
+  --tx_waiting_count_;
+}
+
+size_t TcpStack::resume_tx() {
+  size_t ran = 0;
+  // At most the TCBs waiting now: one held again during its output() is back at the tail, and the room it
+  // found short may be refilled by the draining core meanwhile; it waits for the next call.
+  for (size_t n = tx_waiting_count_; n > 0 && tx_wait_head_ != nullptr && tx_room_ok(); --n) {
+    Tcb& tcb = *tx_wait_head_;
+    tx_unwait(tcb);
+    tcb.output();  // may call tx_wait(tcb) again; never frees it (terminate() defers that to reap())
+    ++ran;
+  }
+  return ran;
 }
 
 void TcpStack::reap() {

@@ -22,6 +22,10 @@
 // incarnations (RFC 7323 §5, RFC 6191). Otherwise it fails with EADDRNOTAVAIL.
 // RACK-TLP (RFC 8985) loss detection with SACK; D-SACK (RFC 2883) sent for duplicate data below RCV.NXT and
 // read as a sender (it widens RACK's reordering window).
+// TX backpressure (set_tx_backpressure / resume_tx): where the link's TX path is bounded (a DPDK worker
+// without a TX queue sends through a ring another core drains), a new data segment waits while the link has
+// less room than a reserve, and the TCB resumes once the loop finds room again, instead of the link
+// refusing frames that TCP must then retransmit. ACKs, control segments and retransmissions are not held.
 // Not implemented (fail loudly where a caller could depend on it): D-SACK for duplicates inside the
 // out-of-order queue, urgent data (ignored), IPv6 (listen/connect refuse it), ECN.
 #pragma once
@@ -127,6 +131,8 @@ struct TcpStats {
   uint64_t ephemeral_not_local = 0;  // candidate source ports skipped by connect(): their return traffic
                                      // would be steered to another core (FlowOwner)
   uint64_t memory_bytes = 0;  // gauge: TCBs (TIME_WAIT included) + their buffers, bytes
+  uint64_t tx_blocked = 0;    // times a connection's next new segment was held back for want of TX room
+                              // (the link's tx_room() below the reserve) and it began waiting for resume_tx()
 };
 
 class Tcb;
@@ -178,6 +184,23 @@ class TcpStack final : public net::Stack, public L4Handler {
 
   /// Restricts ephemeral ports to tuples `owner` accepts (nullptr: any). `owner` outlives the stack.
   void set_flow_owner(const FlowOwner* owner) { flow_owner_ = owner; }
+
+  /// TX backpressure: before each new data (or FIN) segment a TCB reads `link->tx_room()` (PacketIO, frames);
+  /// below `reserve_frames` the segment is not sent, the TCB joins a FIFO of waiting connections and
+  /// TcpStats::tx_blocked counts it. The reserve (one TX burst in the DPDK backend) keeps room for the ACKs
+  /// and retransmissions, which are never held. `link` is normally the PacketIO under this stack's Interface
+  /// and outlives the stack; nullptr (the default) turns the check off.
+  void set_tx_backpressure(const PacketIO* link, size_t reserve_frames) {
+    tx_link_ = link;
+    tx_reserve_ = reserve_frames;
+  }
+  /// Once per loop iteration, after the TX flush: while the link has at least the reserve of room, runs
+  /// output() for the waiting TCBs in the order they began to wait, each at most once per call (one held
+  /// again goes to the back). Returns how many it ran; an empty-list check when none waits. Never call it
+  /// from inside a StreamHandler callback.
+  size_t resume_tx();
+  /// Connections waiting for TX room.
+  size_t tx_waiting() const { return tx_waiting_count_; }
 
   /// Frees connections that finished (call once per loop iteration after input processing; never from
   /// inside a StreamHandler callback).
@@ -237,6 +260,18 @@ class TcpStack final : public net::Stack, public L4Handler {
   void stream_closed(Tcb& tcb);
   void remove(Tcb& tcb);
   uint64_t now_ms() const { return clock_.now_ms(); }
+  /// Tcb::send_next, before a new segment: true when it must wait for TX room (the TCB is then queued for
+  /// resume_tx unless it already waits). O(1): one virtual call when a link is set.
+  bool tx_hold(Tcb& tcb) {
+    if (tx_room_ok()) return false;
+    tx_wait(tcb);
+    return true;
+  }
+  bool tx_room_ok() const { return tx_link_ == nullptr || tx_link_->tx_room() >= tx_reserve_; }
+  /// Appends `tcb` to the waiting FIFO (no-op if it waits already); tx_unwait takes it out (remove() does for a
+  /// TCB that ends while waiting, so the list never holds a freed TCB).
+  void tx_wait(Tcb& tcb);
+  void tx_unwait(Tcb& tcb);
 
   Interface& ip_;
   reactor::TimerWheel& timers_;
@@ -258,6 +293,13 @@ class TcpStack final : public net::Stack, public L4Handler {
   const FlowOwner* flow_owner_ = nullptr;
   config::ListenSocket empty_socket_;
   base::LogRateLimiter max_streams_log_{1000};
+  // TX backpressure: the link asked for room, the reserve (frames), and the FIFO of waiting TCBs (intrusive:
+  // Tcb::tx_wait_prev_/tx_wait_next_).
+  const PacketIO* tx_link_ = nullptr;
+  size_t tx_reserve_ = 0;
+  Tcb* tx_wait_head_ = nullptr;
+  Tcb* tx_wait_tail_ = nullptr;
+  size_t tx_waiting_count_ = 0;
 };
 
 }  // namespace kosoku::tcpip
