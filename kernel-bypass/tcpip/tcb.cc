@@ -526,36 +526,6 @@ void Tcb::arm(TcbTimer& t, uint64_t delay_ms) { stack_.timers_.arm(t, stack_.now
 
 void Tcb::arm_retransmit() { arm(rtx_timer_, rto_ms_); }
 
-void Tcb::rtt_on_ack(const TcpSegment& seg, SeqNum ack) {
-  uint64_t now_us = stack_.clock_.now_us();
-  uint64_t xmit_us = 0;
-  bool timed = timing_ && ack > timed_seq_;
-  if (timed) timing_ = false;
-  if (rack_on() && rack_.first_sent_once_below(ack, &xmit_us)) {
-    rtt_sample(now_us > xmit_us ? now_us - xmit_us : 0);
-  } else if (ts_ok_ && seg.options.has_timestamps && seg.options.ts_ecr != 0) {
-    rtt_sample(std::max<uint64_t>(ts_now() - seg.options.ts_ecr, 1) * 1000);
-  } else if (timed) {
-    rtt_sample(now_us > timed_at_us_ ? now_us - timed_at_us_ : 0);
-  }
-}
-
-void Tcb::rtt_sample(uint64_t r) {
-  if (r > 60'000'000) return;  // a wild timestamp echo
-  if (!have_rtt_) {
-    srtt_us_ = r;
-    rttvar_us_ = r / 2;
-    have_rtt_ = true;
-  } else {
-    uint64_t diff = srtt_us_ > r ? srtt_us_ - r : r - srtt_us_;
-    rttvar_us_ = (3 * rttvar_us_ + diff) / 4;
-    srtt_us_ = (7 * srtt_us_ + r) / 8;
-  }
-  const TcpConfig& c = stack_.conf_;
-  uint64_t rto_us = srtt_us_ + std::max<uint64_t>(1000, 4 * rttvar_us_);
-  rto_ms_ = std::clamp<uint64_t>((rto_us + 999) / 1000, c.rto_min_ms, c.rto_max_ms);
-}
-
 void Tcb::on_timer(TimerKind k) {
   switch (k) {
     case TimerKind::kRetransmit:
@@ -625,16 +595,6 @@ void Tcb::on_retransmit_timer() {
   if (fin_sent_ && snd_nxt_ <= fin_seq()) fin_sent_ = false;
   output();
   arm_retransmit();
-}
-
-void Tcb::undo_spurious_rto() {
-  cc_.undo_timeout();
-  if (rack_on()) rack_.undo_rto();
-  if (snd_nxt_ < snd_max_) {  // the go-back stops: the originals were in flight, not lost
-    snd_nxt_ = snd_max_;
-    if (fin_queued_ && snd_max_ > fin_seq()) fin_sent_ = true;  // a FIN sent before the timeout counts again
-  }
-  ++stack_.stats_.spurious_rtos;
 }
 
 void Tcb::on_persist_timer() {
