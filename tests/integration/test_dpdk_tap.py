@@ -289,6 +289,27 @@ def test_refused_port_gets_rst(rig):
     assert r.returncode == 7, (r.returncode, r.stderr)  # 7: connection refused (RST to the SYN)
 
 
+def test_tap_queues_raise_no_signal_per_frame(rig):
+    # net_tap arms each queue fd with O_ASYNC and a free realtime signal (its "RX trigger"): one signal per frame
+    # the kernel writes to the tap, delivered to kosoku's main thread. init_eal leaves it no free realtime signal
+    # (kernel-bypass/dpdk/eal.hh), so the PMD reads on every burst instead: no tun fd of kosoku has O_ASYNC.
+    assert rig.ns_run("curl", "-sS", "-m", "5", "-o", "/dev/null", "-w", "%{http_code}",
+                      f"http://{rig.addr}:{PORT}/1m.bin").stdout == "200"
+    pid = rig.proc.pid
+    tun = []
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            if os.readlink(f"/proc/{pid}/fd/{fd}") == "/dev/net/tun":
+                tun.append(fd)
+        except OSError:
+            pass  # closed meanwhile
+    assert tun, "kosoku holds no /dev/net/tun fd"
+    for fd in tun:
+        flags = next(int(line.split()[1], 8) for line in open(f"/proc/{pid}/fdinfo/{fd}") if line.startswith("flags:"))
+        assert flags & os.O_ASYNC == 0, (fd, oct(flags))
+    assert "No Rx trigger signal available" in (rig.base / "stdout.log").read_text()
+
+
 # ---- Impaired link: loss, duplication, delay, reordering (impair.py) ------------------------------------------
 # The module's kosoku and namespace are reused: impair_link moves dtapK behind the impairment chain for these
 # tests and back afterwards (the rig's own capture of dtapK ends when the interface moves). Per test, tcpdump
