@@ -218,8 +218,14 @@ def stats_json(serial: Serial) -> dict:
 
 
 class Vm:
-    def __init__(self, image: Path, workdir: Path, bios: str, tag: str = "", nic_model: str = "transitional"):
+    """One QEMU guest with its serial console on a unix socket. Networking: QEMU user networking with a port
+    forward to the guest's :80 (self.port), or, with `netns`, a tap IFACE that exists inside that namespace
+    (QEMU runs in it; HTTP goes to `guest` through curl in the namespace) with `queues` queue pairs."""
+
+    def __init__(self, image: Path, workdir: Path, bios: str, tag: str = "", nic_model: str = "transitional",
+                 netns: str = "", tap: str = "", queues: int = 1, guest: str = ""):
         self.port = free_port()
+        self.netns, self.guest = netns, guest
         # A unix socket path must fit in 108 bytes: keep it short, away from pytest's long tmp paths.
         self.sockdir = Path(tempfile.mkdtemp(prefix="kosoku-vm-"))
         self.sock = self.sockdir / "serial.sock"
@@ -227,11 +233,23 @@ class Vm:
         self.log.unlink(missing_ok=True)
         self.consoles: list[Serial] = []
         self.t0 = time.monotonic()
-        self.proc = subprocess.Popen(
-            [str(IMAGE / "run-qemu"), "--image", str(image), "--bios", bios, "--port", str(self.port),
-             "--serial-socket", str(self.sock), "--serial-log", str(self.log), "--accel", "tcg",
-             "--nic-model", nic_model],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        cmd = [str(IMAGE / "run-qemu"), "--image", str(image), "--bios", bios, "--port", str(self.port),
+               "--serial-socket", str(self.sock), "--serial-log", str(self.log), "--accel", "tcg",
+               "--nic-model", nic_model]
+        if netns:
+            cmd = ["ip", "netns", "exec", netns, *cmd, "--tap", tap, "--queues", str(queues)]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+    def get(self, path: str = "/", timeout: float = 5) -> tuple[int, bytes]:
+        """GET path from the guest's :80: (status, body); OSError when it cannot connect."""
+        if not self.netns:
+            return http_get(self.port, path, timeout)
+        r = subprocess.run(["ip", "netns", "exec", self.netns, "curl", "-sS", "-m", str(timeout), "-o", "-",
+                            "-w", "\\n%{http_code}", f"http://{self.guest}{path}"], capture_output=True)
+        if r.returncode != 0:
+            raise OSError(r.stderr.decode(errors="replace").strip())
+        body, _, code = r.stdout.rpartition(b"\n")
+        return int(code), body
 
     def serial_text(self) -> str:
         return self.log.read_bytes().decode(errors="replace") if self.log.exists() else ""
@@ -273,14 +291,15 @@ class Vm:
                 time.sleep(0.05)
                 continue
             try:
-                status, _ = http_get(self.port, timeout=30)
+                status, _ = self.get("/", timeout=30)
                 if status == 200:
                     return {**seen, "first_http_200_s": round(time.monotonic() - self.t0, 2),
                             "qemu_cpu_s_at_first_200": round(self.cpu_seconds(), 2)}
             except OSError:
                 pass
             time.sleep(0.1)
-        raise AssertionError(f"no HTTP 200 on 127.0.0.1:{self.port} within {BOOT_TIMEOUT}s\n{self.diagnostics()}")
+        where = f"{self.guest} in {self.netns}" if self.netns else f"127.0.0.1:{self.port}"
+        raise AssertionError(f"no HTTP 200 on {where} within {BOOT_TIMEOUT}s\n{self.diagnostics()}")
 
     def console(self) -> Serial:
         """The serial console (closed by kill())."""
@@ -473,6 +492,113 @@ def test_dpdk_drives_legacy_only_and_modern_only_virtio_net(built_image, tmp_pat
         serial.sock.sendall(b"poweroff\n")
         assert vm.proc.wait(timeout=120) == 0, vm.diagnostics()
         record(f"boot_tcg_dpdk_seabios_virtio_{nic_model}", times)
+
+
+def test_dpdk_rss_two_queue_pairs_in_guest(built_image, tmp_path):
+    """Issue 4's RSS path on a real device: a 2-vCPU guest whose virtio-net has 2 queue pairs and
+    VIRTIO_NET_F_RSS (QEMU hashes with the key and indirection table the guest's PMD programs), on a multi-queue
+    tap inside a network namespace. kosoku (worker_processes 2) programs the symmetric Toeplitz key and a RETA
+    derived from its own flow table, so every frame must arrive on the queue of the worker owning its
+    4-tuple: nothing is handed between the workers in either direction — client connections (ab) and the
+    proxy's upstream connections, whose source ports are chosen so the origin's answers hash back to the
+    connecting worker (F-Stack issue 380). A wrong RETA or key shows up as dpdk_steer_forwarded_*."""
+    # The tap tests' skip rules (/dev/net/tun, ip netns) and their origin server and metrics reader.
+    from test_dpdk_tap import _REASON
+    if _REASON:
+        pytest.skip(_REASON)
+    if shutil.which("ab") is None or shutil.which("curl") is None:
+        pytest.skip("needs ab (apache2-utils) and curl")
+    from test_dpdk_multicore import ORIGIN_SCRIPT, port_metrics
+
+    k = 60 + os.getpid() % 60
+    ns, tap, host, guest = f"kosoku-rss{k}", f"krss{k}", f"10.97.{k}.1", f"10.97.{k}.2"
+    conf = tmp_path / "rss.conf"
+    conf.write_text(appliance_test_config()
+                    .replace("worker_processes 1;", "worker_processes 2;")
+                    .replace("eal -l 0 ", "eal -l 0-1 ")
+                    .replace("10.0.2.15/24", f"{guest}/24").replace("10.0.2.2", host)
+                    .replace("hugepages 32;", "hugepages 64;")
+                    .replace("        index index.html;\n",
+                             "        index index.html;\n        location = /status { status; }\n"
+                             f"        location /up/ {{ proxy_pass http://{host}:8090/; }}\n"))
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "index.html").write_bytes(TEST_SITE_INDEX)
+    blob = hashlib.sha256(b"rss").digest() * (1 << 15)  # 1 MiB
+    (site / "1m.bin").write_bytes(blob)
+    origin_dir = tmp_path / "origin"
+    origin_dir.mkdir()
+    (origin_dir / "o1k.bin").write_bytes(blob[:1024])
+    (origin_dir / "o256k.bin").write_bytes(blob[: 256 << 10])
+    out = tmp_path / "image"
+    build_image(conf, site, out)
+
+    def ns_run(*args, timeout: float = 120) -> str:
+        r = subprocess.run(["ip", "netns", "exec", ns, *args], capture_output=True, text=True, timeout=timeout)
+        assert r.returncode == 0, f"{args}: {r.stdout}{r.stderr}"
+        return r.stdout
+
+    subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+    subprocess.run(["ip", "netns", "add", ns], check=True)
+    origin = None
+    try:
+        ns_run("ip", "link", "set", "lo", "up")
+        ns_run("ip", "tuntap", "add", "mode", "tap", "multi_queue", "name", tap)
+        ns_run("ip", "addr", "add", f"{host}/24", "dev", tap)
+        ns_run("ip", "link", "set", tap, "up")
+        origin = subprocess.Popen(["ip", "netns", "exec", ns, "python3", "-c", ORIGIN_SCRIPT, host, "8090",
+                                   str(origin_dir)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        vm = Vm(out, tmp_path, "seabios", "dpdk-rss", netns=ns, tap=tap, queues=2, guest=guest)
+        with vm:
+            times = vm.wait_boot()
+            log = vm.serial_text()
+            assert "2 core(s) on 2 queue pair(s), RSS with the symmetric key" in log, log
+            assert "started: 2 worker(s)" in log, log
+
+            def status() -> dict:
+                return json.loads(vm.get("/status?format=json", timeout=10)[1])
+
+            m = port_metrics(status())
+            assert m[("dpdk_queue_pairs", "")] == 2 and m[("dpdk_rss_programmed", "")] == 1, m
+            before = [c["connections"]["handled"] for c in status()["cores"]]
+            ab = ns_run("ab", "-q", "-n", "2000", "-c", "20", f"http://{guest}/index.html", timeout=300)
+            assert "Complete requests:      2000" in ab and "Failed requests:        0" in ab, ab
+            assert "Non-2xx" not in ab, ab
+            st = status()
+            per_core = [c["connections"]["handled"] - b for c, b in zip(st["cores"], before)]
+            # The status requests themselves are connections too (2 of them since `before`).
+            assert sum(per_core) >= 2000 and min(per_core) > 0.25 * sum(per_core), per_core
+            assert vm.get("/1m.bin", timeout=60) == (200, blob)
+
+            # The proxy: python's http.server closes after each response, so each request opens an upstream
+            # connection from the worker holding the client's connection.
+            ab = ns_run("ab", "-q", "-n", "300", "-c", "10", f"http://{guest}/up/o1k.bin", timeout=300)
+            assert "Complete requests:      300" in ab and "Failed requests:        0" in ab, ab
+            assert "Document Length:        1024 bytes" in ab and "Non-2xx" not in ab, ab
+            assert vm.get("/up/o256k.bin", timeout=60) == (200, blob[: 256 << 10])
+            m = port_metrics(status())
+            opens = [m[("dpdk_tcp_active_opens_total", c)] for c in "01"]
+            assert sum(opens) >= 301 and min(opens) > 0, opens
+            # About half the candidate source ports hash to the other worker's queue and were skipped.
+            assert m[("dpdk_tcp_ephemeral_not_local_total", "0")] + m[("dpdk_tcp_ephemeral_not_local_total", "1")] > 0, m
+            for core in "01":
+                assert m[("dpdk_queue_rx_packets_total", core)] > 2000, (core, m)
+                # RSS delivered every frame to its owner: no software steering, in or out, for either kind.
+                for name in ("dpdk_steer_forwarded_out_total", "dpdk_steer_forwarded_in_total",
+                             "dpdk_steer_tx_relayed_total", "dpdk_steer_ring_full_drops_total"):
+                    assert m[(name, core)] == 0, (name, core, m)
+            times["connections_per_core"] = per_core
+            times["upstream_opens_per_core"] = opens
+            serial = vm.console()
+            serial.command("")
+            serial.sock.sendall(b"poweroff\n")
+            assert vm.proc.wait(timeout=120) == 0, vm.diagnostics()
+            record("boot_tcg_dpdk_rss_2q", times)
+    finally:
+        if origin is not None:
+            origin.kill()
+            origin.wait()
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True)
 
 
 @pytest.mark.parametrize("on_fatal", ["reboot", "halt"])
