@@ -197,14 +197,18 @@ class CongestionControl {
     ssthresh_ = std::max(ssthresh_, prior_ssthresh_);
   }
 
-  /// The last retransmission timeout was spurious (RFC 3522 detection, Tcb): its reduction is taken back as
-  /// undo_reduction() does (RFC 4015 §2: cwnd and ssthresh as before the timeout, CUBIC's state too) and the
-  /// RecoveryPoint it set is dropped, so a real loss later may start fast recovery at once.
+  /// The last retransmission timeout was spurious (RFC 3522 or RFC 5682 F-RTO detection, Tcb): its reduction
+  /// is taken back as undo_reduction() does (RFC 4015 §2: cwnd and ssthresh as before the timeout, CUBIC's
+  /// state too) and the RecoveryPoint it set is dropped, so a real loss later may start fast recovery at once.
   void undo_timeout() {
     undo_reduction();
     rto_backoff_ = false;
     have_recover_ = false;
   }
+
+  /// F-RTO found the last timeout real after two more ACKs (RFC 5682 §2 / §3 step 3a): cwnd = 3·SMSS, what
+  /// slow start from the loss window would have reached in those two round trips; ssthresh stays reduced.
+  void frto_real_timeout() { cwnd_ = 3 * smss_; }
 
   /// The retransmission timer expired (RFC 5681 §3.1 eq. 4, loss window = 1 SMSS; RFC 6582 §4 sets recover;
   /// CUBIC: RFC 9438 §4.8). ssthresh is held when the timer fires again before an ACK made progress (RFC 5681

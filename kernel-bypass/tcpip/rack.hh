@@ -71,6 +71,11 @@ class Rack {
   /// The RTO was spurious (RFC 3522, Tcb): entries still marked lost are in flight again (not lost), so the
   /// go-back does not resend them; a later ACK's detection marks again what is really missing.
   void undo_rto();
+  /// F-RTO (RFC 5682) found the timeout spurious on a connection without timestamps: the RACK segment (the
+  /// most recently sent one delivered) may be the timeout's retransmission whose ACK was for the original
+  /// (§6.2 step 2 cannot tell without a TSecr), which would mark the whole flight lost again. It is
+  /// forgotten; the next delivery of a segment sets it again, and until then nothing is marked.
+  void forget_rack_segment() { have_rack_ = false; }
   /// The peer reneged (RFC 2018 §8): SACK marks are forgotten; the RTO repairs what is missing.
   void forget_sacks();
   /// A loss recovery ended (fast or RTO): counts down the D-SACK persistence of reo_wnd (§6.2 step 4).

@@ -322,6 +322,7 @@ void Tcb::process_ack(const TcpSegment& seg) {
   bool dup_candidate = ack == snd_una_ && seg.payload.empty() && !h.has(kFin) && snd_max_ > snd_una_;
   uint32_t acked = 0;
   size_t pending_before = pending_output();
+  FrtoAck frto{advanced, dup_candidate && wnd == snd_wnd_, frto_ == Frto::kStep3 ? sb_.sacked_bytes() : 0};
   if (advanced) {
     if (rto_eifel_) {
       rto_eifel_ = false;
@@ -384,6 +385,7 @@ void Tcb::process_ack(const TcpSegment& seg) {
     // The PTO restarts on an ACK that advances SND.UNA (RFC 8985 §7.2), and is cancelled once recovery starts.
     if (advanced || (tlp_timer_.armed() && !cc_.may_enter_sack_recovery(snd_una_))) tlp_arm();
   }
+  if (rto_recovery_) frto_on_ack(seg, frto);  // F-RTO steps 2 and 3 (before on_writable may send)
   // Pending output is what the send buffer has not taken: it drops only here (an ACK made room).
   size_t pending = pending_output();
   if (acked_data && handler_ != nullptr && !closing_ && pending < pending_before && pending <= low_water_) {
@@ -585,8 +587,11 @@ void Tcb::on_retransmit_timer() {
   ++stack_.stats_.rto_expired;
   // RFC 3522 for the timeout: the retransmission below carries TSval ts_now(); the first ACK of new data
   // that echoes an older one was sent for an original, so the timeout was spurious (undo_spurious_rto). Only a
-  // first expiry that reduced the window is judged; another expiry before an ACK gives up on it.
-  rto_eifel_ = cc_.on_timeout(snd_max_ - snd_una_, snd_max_) && ts_ok_;
+  // first expiry that reduced the window is judged; another expiry before an ACK gives up on it. Without
+  // timestamps F-RTO (RFC 5682, tcb_frto.cc) judges it by the ACKs that follow.
+  bool fast_recovery = cc_.in_recovery();
+  bool fresh = cc_.on_timeout(snd_max_ - snd_una_, snd_max_);
+  rto_eifel_ = fresh && ts_ok_;
   rto_eifel_ts_ = ts_now();
   if (sack_ok_) sack_on_timeout();
   rto_ms_ = std::min(rto_ms_ * 2, c.rto_max_ms);  // RFC 6298 §5.5 backoff
@@ -594,6 +599,7 @@ void Tcb::on_retransmit_timer() {
   snd_nxt_ = snd_una_;                            // go back: resend from the first unacknowledged byte
   if (fin_sent_ && snd_nxt_ <= fin_seq()) fin_sent_ = false;
   output();
+  frto_on_timeout(fresh, fast_recovery);
   arm_retransmit();
 }
 

@@ -40,6 +40,11 @@
 // and the pipe counts what is neither SACKed nor marked lost. A reordering timer re-runs the detection
 // when a segment's reo_wnd runs out without an ACK. D-SACKs (RFC 2883) widen reo_wnd.
 //
+// Spurious retransmission timeouts (RFC 4015 response, tcb_rtt.cc): found by timestamps (RFC 3522) or, on a
+// connection without them, by F-RTO (RFC 5682, tcb_frto.cc: after a first timeout's retransmission is
+// acknowledged, two new segments go out instead of the go-back; an ACK of data never retransmitted then shows
+// the originals were delivered). Either way the window reduction is undone and the go-back stops.
+//
 // Idle connections (tcb_idle.cc): once everything sent is acknowledged and no input is held for 1 s, the
 // input buffer and the kept output block are freed, so an idle keep-alive connection costs its TCB only.
 // Keep-alive (RFC 9293 §3.8.4, RFC 1122 §4.2.3.6; tcb_idle.cc): off unless set_keepalive() (the
@@ -233,11 +238,26 @@ class Tcb final : public net::Stream {
   /// RFC 3522: the ACK echoes a TSval older than `first_rtx_ts`, the one the first retransmission of a
   /// recovery or a timeout carried (an original arrived).
   bool eifel_delayed(const TcpSegment& seg, uint32_t first_rtx_ts) const;
-  /// The last retransmission timeout was spurious (RFC 3522 detection): RFC 4015's response — cwnd and
+  /// The last retransmission timeout was spurious (RFC 3522 detection, or F-RTO's): RFC 4015's response — cwnd and
   /// ssthresh as before it (CongestionControl::undo_timeout), RACK's lost marks withdrawn, and the go-back
   /// ends (SND.NXT back to SND.MAX: the originals are in flight). Counted in TcpStats::spurious_rtos; the
   /// backed-off RTO is recomputed by the ACK's RTT sample.
   void undo_spurious_rto();
+  // F-RTO (tcb_frto.cc, RFC 5682) for connections without timestamps (they use RFC 3522 above).
+  /// What process_ack saw before it changed anything: SND.UNA advanced; a duplicate ACK (RFC 5681 §2: at
+  /// SND.UNA, no data, same window, data outstanding); the SACKed octets before the ACK's blocks (step 3 only).
+  struct FrtoAck {
+    bool advanced;
+    bool dup;
+    uint32_t sacked_before;
+  };
+  /// Step 1, after the timeout's go-back retransmission went out: `fresh` = the timeout reduced the window
+  /// (CongestionControl::on_timeout), `fast_recovery` = it fired in a fast recovery. Arms step 2 or not.
+  void frto_on_timeout(bool fresh, bool fast_recovery);
+  /// Steps 2 and 3 for one ACK (called at the end of process_ack while an RTO recovery runs).
+  void frto_on_ack(const TcpSegment& seg, const FrtoAck& a);
+  /// Step 2b: up to two new segments within the peer's window (not cwnd); false when none could go.
+  bool frto_send_new();
   /// Arms the release timer (kReleaseIdleMs) unless it runs; when it fires with no input held and nothing to
   /// send, the input buffer and the kept output block are freed (they come back on the next byte).
   void arm_release();
@@ -439,6 +459,12 @@ class Tcb final : public net::Stream {
   uint32_t rto_eifel_ts_ = 0;  // TSval of the last timeout's retransmission (RFC 3522)...
   bool rto_eifel_ = false;     // ...judged on the first ACK of new data after it
   SeqNum undo_low_, undo_high_;
+  // F-RTO (RFC 5682): the step the last timeout's detection is in; "recover" (SND.MAX at the last timeout)
+  // and whether that timeout's recovery still runs (SND.UNA below recover); the end of its retransmission.
+  enum class Frto : uint8_t { kOff, kStep2, kStep3 };
+  Frto frto_ = Frto::kOff;
+  bool rto_recovery_ = false;
+  SeqNum frto_recover_, frto_rtx_end_;
   // Receiver D-SACK (RFC 2883 §4): a duplicate range below RCV.NXT, reported first in the next ACK only.
   bool dsack_pending_ = false;
   SackBlock dsack_;

@@ -7,6 +7,7 @@
 //   - A first timeout that reduced the window records the TSval its retransmission carries; if the first ACK
 //     of new data after it echoes an older one, the original was delivered and undo_spurious_rto() takes the
 //     reduction back and ends the go-back (on_retransmit_timer and process_ack in tcb.cc call in here).
+//     Without timestamps F-RTO (RFC 5682, tcb_frto.cc) decides instead and undoes through the same function.
 #include <algorithm>
 
 #include "kernel-bypass/tcpip/tcb.hh"

@@ -34,8 +34,13 @@ void append_tcp_metrics(const TcpStack& tcp, const std::vector<std::pair<std::st
       "TCP loss recoveries found spurious by timestamps (RFC 3522): the window reduction was undone", kCounter,
       t.eifel_undos);
   add("dpdk_tcp_spurious_rtos_total",
-      "TCP retransmission timeouts found spurious by timestamps (RFC 3522): reduction undone, go-back stopped",
+      "TCP retransmission timeouts found spurious (timestamps, RFC 3522, or F-RTO, RFC 5682): reduction undone, "
+      "go-back stopped",
       kCounter, t.spurious_rtos);
+  add("dpdk_tcp_frto_spurious_rtos_total",
+      "TCP retransmission timeouts found spurious by F-RTO (RFC 5682, connections without timestamps); also in "
+      "dpdk_tcp_spurious_rtos_total",
+      kCounter, t.frto_spurious_rtos);
   add("dpdk_tcp_oow_acks_skipped_total",
       "TCP unacceptable pure ACKs (PAWS, outside the window) not answered: one reply per 500 ms per connection",
       kCounter, t.oow_acks_skipped);

@@ -19,8 +19,8 @@ namespace kosoku::tcpip {
 ///            dpdk_tcp_time_wait;
 ///   counters dpdk_tcp_time_wait_reused_total (active opens that took over a TIME-WAIT tuple, tcp_tw_reuse),
 ///   counters dpdk_tcp_{fast_retransmits,rto_expired,tlp_probes,rack_lost,lost_retransmits,dsacks_in,
-///            dsack_undos,eifel_undos,spurious_rtos,oow_acks_skipped,sack_recoveries,sack_reneging,sack_blocks_out,
-///            keepalive_probes,keepalive_timeouts,timeouts,out_of_order_in}_total.
+///            dsack_undos,eifel_undos,spurious_rtos,frto_spurious_rtos,oow_acks_skipped,sack_recoveries,
+///            sack_reneging,sack_blocks_out,keepalive_probes,keepalive_timeouts,timeouts,out_of_order_in}_total.
 void append_tcp_metrics(const TcpStack& tcp, const std::vector<std::pair<std::string, std::string>>& labels,
                         stats::ExtraSection* out);
 

@@ -89,6 +89,8 @@ struct TcpConfig {
   bool tail_loss_probe = true;               // RFC 8985 §7 TLP when SACK is on (Linux tcp_early_retrans)
   bool rack = true;                          // RFC 8985 §6 RACK loss detection when SACK is on (Linux
                                              // tcp_recovery & 1); false: RFC 6675 DupThresh (IsLost)
+  bool frto = true;                          // RFC 5682 F-RTO for connections without timestamps (SACK-enhanced
+                                             // §3 with SACK, basic §2 without; Linux tcp_frto)
   CongestionAlgorithm congestion_control = CongestionAlgorithm::kCubic;  // RFC 9438 (Linux's default) or Reno
   bool prr = true;                           // RFC 6937 proportional rate reduction in SACK recovery (Linux
                                              // since 3.2); false: RFC 6675's cwnd = ssthresh at entry
@@ -127,7 +129,9 @@ struct TcpStats {
   uint64_t eifel_undos = 0;        // recoveries whose reduction was undone because the ACK ending them echoed
                                    // a TSval older than their first retransmission (RFC 3522)
   uint64_t spurious_rtos = 0;      // retransmission timeouts undone: the first ACK after one echoed a TSval
-                                   // older than its retransmission (RFC 3522, RFC 4015; Linux TCPSpuriousRTOs)
+                                   // older than its retransmission (RFC 3522, RFC 4015; Linux TCPSpuriousRTOs),
+                                   // or F-RTO found it (below)
+  uint64_t frto_spurious_rtos = 0;  // ... of which F-RTO (RFC 5682) found, on a connection without timestamps
   uint64_t ephemeral_not_local = 0;  // candidate source ports skipped by connect(): their return traffic
                                      // would be steered to another core (FlowOwner)
   uint64_t memory_bytes = 0;  // gauge: TCBs (TIME_WAIT included) + their buffers, bytes

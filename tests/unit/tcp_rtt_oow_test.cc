@@ -121,6 +121,7 @@ TEST(TcpSpuriousRto, TimestampsUndoATimeoutForDelayedAcks) {
     TcpConfig c;
     c.rto_min_ms = 30;
     c.timestamps = timestamps;
+    c.frto = false;  // "none" means no detection at all (F-RTO without timestamps: tcp_frto_test.cc)
     return testing::one_way_transfer(c, 256 * 1024, 7, [](Link& link) {
       link.add_fault(Fault{.from = 1, .match = Match::kAny, .nth = 10, .count = 1 << 20, .action = Action::kDelay,
                            .delay_ms = 45});

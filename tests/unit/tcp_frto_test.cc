@@ -1,0 +1,287 @@
+// F-RTO (RFC 5682, kernel-bypass/tcpip/tcb_frto.cc) on connections without timestamps, through the
+// in-memory two-stack link: ACKs held back past the RTO (spurious timeout: detected, window restored, no
+// go-back) and a dropped flight (real timeout: two new segments, then the conventional go-back), with SACK
+// (§3) and without (§2); the timestamp path (RFC 3522) untouched by it.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "tests/unit/tcp_pipe.hh"
+
+namespace kosoku::tcpip {
+namespace {
+
+using testing::Action;
+using testing::Fault;
+using testing::Link;
+using testing::Match;
+using testing::Sink;
+using testing::Source;
+using testing::tcb;
+
+constexpr uint32_t kMss = 1460;            // 1500-byte MTU, no timestamp option
+constexpr uint32_t kInitialWindow = 14600;  // RFC 6928: min(10·SMSS, max(2·SMSS, 14600))
+
+TcpConfig frto_config(bool sack) {
+  TcpConfig c;
+  c.timestamps = false;
+  c.sack = sack;
+  c.rto_min_ms = 30;            // the handshake's 2 ms RTT gives RTO = rto_min
+  c.tail_loss_probe = false;    // the timeout, not a probe, answers the silence (TcpFrtoTransfer keeps it on)
+  c.delayed_ack_ms = 10;        // below the RTO: the ACK of a lone last segment is no second timeout
+  return c;
+}
+
+// What one scripted episode shows: the sender's window around the timeout, the data segments it sent after
+// the timeout's retransmission, and the counters.
+struct Episode {
+  uint32_t cwnd_before_rto = 0, ssthresh_before_rto = 0;  // last values seen before the timer fired
+  uint32_t cwnd_after_rto = 0, ssthresh_after_rto = 0;    // when its retransmission went out
+  uint32_t cwnd_at_decision = 0, ssthresh_at_decision = 0;  // first data segment after step 3's ACK
+  std::vector<uint32_t> after_rto;  // offsets (from the first data byte) of data segments sent after the RTO
+  bool exact = false;
+  TcpStats sender;
+};
+
+// Connects (no faults during the handshake), then `script` adds faults, the client writes `bytes` and both
+// sides run until the sink has every byte and the sender saw it acknowledged (or 10 s).
+template <typename Script>
+Episode run_episode(bool sack, size_t bytes, Script script) {
+  Link link(frto_config(sack));
+  Sink sink;
+  Source source;
+  net::Stream* c = testing::connect_kept_open(link, sink, source, 80);
+  EXPECT_NE(c, nullptr);
+  Episode e;
+  if (c == nullptr) return e;
+  Tcb& t = tcb(c);
+  EXPECT_FALSE(t.timestamps());
+  EXPECT_EQ(t.sack_permitted(), sack);
+  EXPECT_EQ(t.mss(), kMss);
+  SeqNum base = t.snd_nxt();
+  script(link);
+  bool decided = false;
+  link.tap = [&](int from, const TcpSegment& seg) {
+    if (from != 0 || seg.payload.empty()) return true;
+    const TcpStats& s = link.tcp(0).stats();
+    if (s.rto_expired == 0) return true;
+    uint32_t off = seg.header.seq - base;
+    if (e.after_rto.empty()) {
+      e.cwnd_after_rto = t.cwnd();
+      e.ssthresh_after_rto = t.cc().ssthresh();
+    }
+    e.after_rto.push_back(off);
+    if (!decided && e.after_rto.size() > 3) {
+      decided = true;
+      e.cwnd_at_decision = t.cwnd();
+      e.ssthresh_at_decision = t.cc().ssthresh();
+    }
+    return true;
+  };
+  std::string data = testing::pattern_bytes(bytes, 11);
+  c->write(data);
+  c->flush();
+  link.run_until([&] {
+    if (link.tcp(0).stats().rto_expired == 0) {
+      e.cwnd_before_rto = t.cwnd();
+      e.ssthresh_before_rto = t.cc().ssthresh();
+    }
+    sink.drain();
+    return sink.received.size() == data.size() && t.send_buffered() == 0;  // delivered and acknowledged
+  }, 10'000);
+  e.exact = sink.received == data;
+  e.sender = link.tcp(0).stats();
+  return e;
+}
+
+// Every ACK side 1 sends after the handshake arrives 45 ms late: the 30 ms RTO fires while the whole initial
+// window is delivered.
+void delay_acks(Link& link) {
+  link.add_fault(Fault{.from = 1, .match = Match::kAny, .nth = 2, .count = 1 << 20, .action = Action::kDelay,
+                       .delay_ms = 45});
+}
+// The whole initial window (10 data segments) is lost; the retransmissions get through.
+void drop_initial_window(Link& link) {
+  link.add_fault(Fault{.from = 0, .match = Match::kData, .nth = 1, .count = 10, .action = Action::kDrop});
+}
+
+// Spurious: the RTO retransmits segment 1 (offset 0); the first late ACK (2 segments) covers it, so step 2b
+// sends the two segments after the initial window (offsets 14600, 16060); the second late ACK acknowledges
+// segment 3-4, never retransmitted: spurious. The window before the timeout (IW, slow start) comes back and
+// new data follows, offsets 17520 on; nothing else is retransmitted.
+void expect_spurious(const Episode& e) {
+  EXPECT_TRUE(e.exact);
+  EXPECT_EQ(e.sender.rto_expired, 1u);
+  EXPECT_EQ(e.sender.spurious_rtos, 1u);
+  EXPECT_EQ(e.sender.frto_spurious_rtos, 1u);
+  EXPECT_EQ(e.sender.retransmits, 1u);
+  EXPECT_EQ(e.cwnd_before_rto, kInitialWindow);
+  EXPECT_EQ(e.ssthresh_before_rto, UINT32_MAX);
+  EXPECT_EQ(e.cwnd_after_rto, kMss);                          // RFC 5681 loss window
+  EXPECT_EQ(e.ssthresh_after_rto, kInitialWindow * 7 / 10);  // CUBIC β = 0.7: 10,220
+  ASSERT_GE(e.after_rto.size(), 4u);
+  EXPECT_EQ(e.after_rto[0], 0u);
+  EXPECT_EQ(e.after_rto[1], kInitialWindow);
+  EXPECT_EQ(e.after_rto[2], kInitialWindow + kMss);
+  EXPECT_EQ(e.after_rto[3], kInitialWindow + 2 * kMss);  // new data again, not segment 2
+  EXPECT_EQ(e.cwnd_at_decision, kInitialWindow);         // RFC 4015: cwnd and ssthresh as before the timeout
+  EXPECT_EQ(e.ssthresh_at_decision, UINT32_MAX);
+}
+
+// A timeout not undone: delivery exact, `rtos` timeouts, none found spurious, and the data segments sent
+// after the first timeout begin with `first` (offsets from the first data byte).
+void expect_kept(const Episode& e, uint64_t rtos, const std::vector<uint32_t>& first, bool sack) {
+  EXPECT_TRUE(e.exact) << sack;
+  EXPECT_EQ(e.sender.rto_expired, rtos) << sack;
+  EXPECT_EQ(e.sender.spurious_rtos, 0u) << sack;
+  EXPECT_EQ(e.sender.frto_spurious_rtos, 0u) << sack;
+  ASSERT_GE(e.after_rto.size(), first.size()) << sack;
+  EXPECT_EQ(std::vector<uint32_t>(e.after_rto.begin(), e.after_rto.begin() + static_cast<long>(first.size())),
+            first)
+      << sack;
+}
+
+// Real: nothing of the initial window arrived. The retransmitted segment 1 is ACKed (after the peer's
+// delayed-ACK timer), step 2b sends offsets 14600 and 16060, their ACK is a duplicate (SACKing above
+// "recover" with SACK): the timeout was real, cwnd = 3·SMSS and the go-back resumes at segment 2 (1460).
+void expect_real(const Episode& e, bool sack) {
+  // the timeout's retransmission, step 2b's two new segments, then the go-back from segment 2
+  expect_kept(e, 1, {0, kInitialWindow, kInitialWindow + kMss, kMss}, sack);
+  EXPECT_GE(e.sender.retransmits, 10u);  // the whole initial window, once each at least
+  EXPECT_EQ(e.cwnd_at_decision, 3 * kMss);          // RFC 5682 step 3a
+  EXPECT_EQ(e.ssthresh_at_decision, kInitialWindow * 7 / 10);  // the timeout's reduction stands
+}
+
+TEST(TcpFrto, SackSpuriousTimeoutIsUndone) { expect_spurious(run_episode(true, 64 * 1024, delay_acks)); }
+TEST(TcpFrto, SackRealTimeoutKeepsConventionalRecovery) {
+  expect_real(run_episode(true, 64 * 1024, drop_initial_window), true);
+}
+TEST(TcpFrto, BasicSpuriousTimeoutIsUndone) { expect_spurious(run_episode(false, 64 * 1024, delay_acks)); }
+TEST(TcpFrto, BasicRealTimeoutKeepsConventionalRecovery) {
+  expect_real(run_episode(false, 64 * 1024, drop_initial_window), false);
+}
+
+// No new data when the first ACK comes (the initial window was everything): RFC 5682 §2 step 2b's
+// recommended action, the conventional recovery: the go-back resends segments 3 on (spuriously here), the
+// timeout is not undone.
+TEST(TcpFrto, NothingNewToSendFallsBackToTheGoBack) {
+  for (bool sack : {true, false}) {
+    Episode e = run_episode(sack, kInitialWindow, delay_acks);
+    expect_kept(e, 1, {0, 2 * kMss}, sack);  // segment 3: the go-back after the ACK of 1-2
+    EXPECT_GE(e.sender.retransmits, 3u) << sack;
+  }
+}
+
+// Segment 1 lost and every ACK late: the first ACKs after the timeout are duplicates (segments 2-10 arrived
+// out of order before the retransmission). Basic (§2 step 2a) goes back to the conventional recovery at once,
+// SACK (§3 step 2) keeps waiting for the ACK of the retransmission; that ACK then covers "recover" (step 2a):
+// the timeout was needed and is not undone. Basic resends segment 1 only; with SACK the first duplicate also
+// lets RFC 3042 limited transmit (tcb_sack.cc) send the go-back's next unSACKed segment (3, offset 2920),
+// which RFC 5682 §3 step 2 would hold back (a gap outside F-RTO's files).
+TEST(TcpFrto, DuplicateAckFirstIsNoSpuriousTimeout) {
+  for (bool sack : {true, false}) {
+    Episode e = run_episode(sack, 64 * 1024, [](Link& link) {
+      delay_acks(link);
+      link.add_fault(Fault{.from = 0, .match = Match::kData, .nth = 1, .count = 1, .action = Action::kDrop});
+    });
+    expect_kept(e, 1, {0, sack ? 2 * kMss : kInitialWindow}, sack);  // basic: new data after the full ACK
+    EXPECT_EQ(e.sender.retransmits, sack ? 2u : 1u) << sack;
+  }
+}
+
+// A timeout inside the recovery of an earlier one (§2/§3 step 1: "recover" ≥ SND.UNA) gets no F-RTO.
+// (a) No progress between them: the first timeout's retransmission is lost too (data segments 1-11 dropped);
+//     the second one's ACK is followed by the go-back (segment 2), not by new data.
+// (b) Progress between them: F-RTO runs for the first timeout (step 2b: 14600, 16060; step 3a: go-back 1460,
+//     2920, 4380 with cwnd 3·SMSS), those three are dropped (data segments 14-16); the second timeout resends
+//     1460 and its ACK (SND.UNA 2920, below "recover") is followed by the go-back (2920), not by new data.
+//     Basic only: with SACK, RACK finds those go-back retransmissions lost (the new segments were SACKed)
+//     and resends them before a second timeout.
+TEST(TcpFrto, RepeatedTimeoutsUseTheConventionalRecovery) {
+  for (bool sack : {true, false}) {
+    Episode a = run_episode(sack, 64 * 1024, [](Link& link) {
+      link.add_fault(Fault{.from = 0, .match = Match::kData, .nth = 1, .count = 11, .action = Action::kDrop});
+    });
+    expect_kept(a, 2, {0, 0, kMss}, sack);
+    if (sack) continue;
+
+    Episode b = run_episode(sack, 64 * 1024, [](Link& link) {
+      drop_initial_window(link);
+      link.add_fault(Fault{.from = 0, .match = Match::kData, .nth = 14, .count = 3, .action = Action::kDrop});
+    });
+    expect_kept(b, 2, {0, kInitialWindow, kInitialWindow + kMss, kMss, 2 * kMss, 3 * kMss, kMss, 2 * kMss}, sack);
+  }
+}
+
+// A zero window when the first ACK comes: no new segment may go (step 2b), conventional recovery.
+TEST(TcpFrto, ZeroWindowFallsBackToTheGoBack) {
+  Episode e = run_episode(true, 64 * 1024, [](Link& link) {
+    delay_acks(link);
+    // Side 1's 2nd and 3rd segments (a window update at ACK 0, the first data ACK at 2920) say window 0:
+    // when the first ACK of new data comes the window is closed; the later ones reopen it.
+    link.add_fault(Fault{.from = 1, .match = Match::kAny, .nth = 2, .count = 2, .action = Action::kSetWindow,
+                         .window = 0});
+  });
+  // The second late ACK (5840, window open again) resumes the go-back there, not new data (14600).
+  expect_kept(e, 1, {0, 4 * kMss}, true);
+}
+
+// Bulk: 256 KiB with every ACK after side 1's 10th segment 45 ms late (RTO floor 30 ms), TLP on (defaults
+// but timestamps): F-RTO on vs off (TcpConfig::frto, Linux tcp_frto).
+testing::TransferResult delayed_ack_transfer(bool sack, bool frto) {
+  TcpConfig c;
+  c.timestamps = false;
+  c.sack = sack;
+  c.rto_min_ms = 30;
+  c.frto = frto;
+  return testing::one_way_transfer(c, 256 * 1024, 7, [](Link& link) {
+    link.add_fault(Fault{.from = 1, .match = Match::kAny, .nth = 10, .count = 1 << 20, .action = Action::kDelay,
+                         .delay_ms = 45});
+  });
+}
+
+TEST(TcpFrtoTransfer, DelayedAcksCostNoGoBack) {
+  for (bool sack : {true, false}) {
+    testing::TransferResult on = delayed_ack_transfer(sack, true), off = delayed_ack_transfer(sack, false);
+    std::printf("F-RTO %s, ACKs delayed 45 ms, RTO 30 ms, 256 KiB: on %llu RTOs, %llu spurious, %llu "
+                "retransmissions, %llu ms; off %llu RTOs, %llu retransmissions, %llu ms\n",
+                sack ? "SACK" : "basic", (unsigned long long)on.sender.rto_expired,
+                (unsigned long long)on.sender.frto_spurious_rtos, (unsigned long long)on.sender.retransmits,
+                (unsigned long long)on.ms, (unsigned long long)off.sender.rto_expired,
+                (unsigned long long)off.sender.retransmits, (unsigned long long)off.ms);
+    EXPECT_TRUE(on.exact) << sack;
+    EXPECT_TRUE(off.exact) << sack;
+    EXPECT_GE(on.sender.frto_spurious_rtos, 1u) << sack;
+    EXPECT_EQ(on.sender.spurious_rtos, on.sender.frto_spurious_rtos) << sack;
+    EXPECT_EQ(off.sender.spurious_rtos, 0u) << sack;
+    EXPECT_LT(on.sender.retransmits * 4, off.sender.retransmits) << sack;
+    EXPECT_LT(on.ms, off.ms) << sack;
+  }
+}
+
+// Timestamps: RFC 3522 decides, F-RTO stays out: the same transfer with F-RTO on and off is identical.
+TEST(TcpFrtoTransfer, TimestampConnectionsKeepEifel) {
+  auto run = [](bool frto) {
+    TcpConfig c;
+    c.rto_min_ms = 30;
+    c.frto = frto;
+    return testing::one_way_transfer(c, 256 * 1024, 7, [](Link& link) {
+      link.add_fault(Fault{.from = 1, .match = Match::kAny, .nth = 10, .count = 1 << 20, .action = Action::kDelay,
+                           .delay_ms = 45});
+    });
+  };
+  testing::TransferResult on = run(true), off = run(false);
+  EXPECT_TRUE(on.exact);
+  EXPECT_EQ(on.sender.spurious_rtos, 1u);
+  EXPECT_EQ(on.sender.frto_spurious_rtos, 0u);
+  EXPECT_EQ(on.sender.rto_expired, off.sender.rto_expired);
+  EXPECT_EQ(on.sender.retransmits, off.sender.retransmits);
+  EXPECT_EQ(on.sender.segments_out, off.sender.segments_out);
+  EXPECT_EQ(on.ms, off.ms);
+}
+
+}  // namespace
+}  // namespace kosoku::tcpip
