@@ -596,6 +596,7 @@ void Tcb::on_retransmit_timer() {
   if (sack_ok_) sack_on_timeout();
   rto_ms_ = std::min(rto_ms_ * 2, c.rto_max_ms);  // RFC 6298 §5.5 backoff
   timing_ = false;                                // Karn
+  frto_ = Frto::kOff;                             // F-RTO: step 1 again (frto_on_timeout, after the output)
   snd_nxt_ = snd_una_;                            // go back: resend from the first unacknowledged byte
   if (fin_sent_ && snd_nxt_ <= fin_seq()) fin_sent_ = false;
   output();
@@ -750,6 +751,7 @@ bool Tcb::send_next(uint32_t wnd) {
   // A retransmission is never held back: after an RTO rewind the data "in flight" is the very data to resend,
   // and waiting for an ACK of it would stall until the connection is aborted.
   bool retransmission = snd_nxt_ < snd_max_;
+  if (retransmission && frto_ == Frto::kStep2) return false;  // RFC 5682 §3 step 2: the timeout's ACK first
   if (len > 0 && len < mss_ && len < avail && len < max_snd_wnd_ / 2 && snd_max_ != snd_una_ && !retransmission) {
     return false;
   }

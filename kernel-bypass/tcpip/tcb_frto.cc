@@ -10,7 +10,8 @@
 //   A zero peer window that let nothing be retransmitted: no F-RTO.
 // Step 2, the first ACK after it:
 //   - a duplicate ACK: basic (2a) goes on with the conventional recovery; SACK (§3 step 2) only takes its
-//     blocks and waits for the ACK of the retransmission. An ACK that neither advances SND.UNA nor is a
+//     blocks and waits for the ACK of the retransmission (send_next sends no go-back retransmission in step
+//     2, e.g. for RFC 3042 limited transmit; new data may go). An ACK that neither advances SND.UNA nor is a
 //     duplicate (a window update, data) is not counted (as Linux: RFC 5682 has no case for it).
 //   - SND.UNA reached "recover" (everything before the timeout arrived: ambiguous), or short of the end of the
 //     retransmission (2a; also taken for SACK, where the go-back would resume on it): conventional recovery.
