@@ -84,6 +84,12 @@ std::unique_ptr<net::Stack> make_core_stack(reactor::Reactor& reactor, stats::Co
   qc.tx_checksum_offload = g_port->tx_checksum_offload();
   qc.rx_checksum_offload = g_port->rx_checksum_offload();
   qc.rx_interrupt_fd = own ? g_port->rx_interrupt_fd(c) : -1;
+  // The TX backlog holds one more descriptor ring's worth of refused frames (queue.hh); the PortConfig default
+  // when the PMD does not report its ring (rte_eth_tx_queue_info_get: net_tap, net_ring do not).
+  rte_eth_txq_info txq{};
+  if (own && rte_eth_tx_queue_info_get(qc.port, c, &txq) == 0 && txq.nb_desc >= Queue::kBurst) {
+    qc.tx_backlog = txq.nb_desc;
+  }
   return std::make_unique<CoreStack>(reactor, stats, conf, qc, *g_mesh, *g_flows, c);
 }
 
@@ -181,7 +187,22 @@ stats::ExtraSection backend_stats_section() {
     };
     add("dpdk_queue_rx_packets_total", "Frames received on the core's RX queue", q.rx_packets);
     add("dpdk_queue_tx_packets_total", "Frames the core's TX queue (or TX relay ring) accepted", q.tx_packets);
-    add("dpdk_queue_tx_refused_total", "Frames the PMD refused (freed; TCP retransmits)", q.tx_refused);
+    add("dpdk_queue_tx_refused_total",
+        "Frames freed unsent: the TX relay ring was full, or the PMD refused them with the TX backlog full (TCP "
+        "retransmits)",
+        q.tx_refused);
+    add("dpdk_queue_tx_backlogged_total", "Frames the PMD refused that waited in the core's TX backlog (sent later)",
+        q.tx_backlogged);
+    add("dpdk_queue_tx_backlog_dropped_total", "Frames dropped: the PMD refused them and the TX backlog was full",
+        q.tx_backlog_dropped);
+    auto gauge = [&](const char* name, const char* help, uint64_t v) {
+      s.metrics.push_back(stats::ExtraMetric{name, help, stats::ExtraMetric::Type::kGauge, l, double(v)});
+    };
+    gauge("dpdk_queue_tx_backlog_frames", "Frames in the core's TX backlog now (refused by the PMD, sent first)",
+          cs->queue().tx_backlog());
+    gauge("dpdk_queue_tx_backlog_peak_frames", "Most frames the core's TX backlog held", q.tx_backlog_peak);
+    gauge("dpdk_queue_tx_backlog_capacity_frames", "Bound of the core's TX backlog (0: refused frames are freed)",
+          cs->queue().config().tx_backlog);
     add("dpdk_queue_tx_no_mbuf_total", "TX frames dropped for want of an mbuf", q.tx_no_mbuf);
     add("dpdk_queue_rx_multiseg_dropped_total", "Chained RX mbufs dropped", q.rx_multiseg_dropped);
     add("dpdk_queue_rx_l4_checksum_good_total", "TCP checksums the port verified good", q.rx_l4_checksum_good);
@@ -204,7 +225,9 @@ stats::ExtraSection backend_stats_section() {
         t.ephemeral_not_local);
     add("dpdk_tcp_retransmits_total", "TCP segments retransmitted", t.retransmits);
     add("dpdk_tcp_tx_blocked_total",
-        "TCP connections that held new segments back: the TX relay ring had less than a burst of room", t.tx_blocked);
+        "TCP connections that held new segments back: the TX relay ring had less than a burst of room, or frames "
+        "waited in the TX backlog",
+        t.tx_blocked);
     add("dpdk_tcp_bad_checksum_total", "TCP segments with a bad checksum", t.bad_checksum);
     add("dpdk_tcp_resets_out_total", "TCP RSTs sent", t.rst_out);
     add("dpdk_tcp_syn_dropped_max_streams_total", "SYNs dropped: worker_connections are not enough",
@@ -236,9 +259,10 @@ CoreStack::CoreStack(reactor::Reactor& reactor, stats::CoreStats& stats, const c
   if (idle_.enabled()) prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
   ip_.set_arp_listener(&steer_);
   tcp_.set_flow_owner(&steer_);
-  // TX backpressure on the relay ring (only a core without a TX queue has a bounded, measurable TX path): new
-  // segments wait while fewer than one burst of slots is left, which keeps a burst for ACKs and retransmissions.
-  if (queue.tx_queue < 0) tcp_.set_tx_backpressure(&queue_, Queue::kBurst);
+  // TX backpressure (queue.hh): on the relay ring new segments wait while fewer than one burst of slots is
+  // left, which keeps a burst for ACKs and retransmissions; on a TX queue of its own while frames the PMD
+  // refused wait in the TX backlog (room 0). Without either (tx_backlog 0) the room is unknown: no check.
+  if (queue.tx_queue < 0 || queue_.config().tx_backlog > 0) tcp_.set_tx_backpressure(&queue_, Queue::kBurst);
   reactor_.add_poller(this);
   reactor_.timers().arm(*this, reactor_.now_ms() + kArpTickMs);
   if (core == 0) ip_.announce();  // gratuitous ARP (RFC 5227 §3), once per port
@@ -297,15 +321,19 @@ bool CoreStack::poll() {
 }
 
 void CoreStack::idle_wait() {
-  // Connections waiting for room in the TX relay ring have data to send: not idle (resume_tx each iteration).
-  if (reactor_.has_tasks() || queue_.tx_pending() > 0 || tcp_.tx_waiting() > 0) {
+  if (reactor_.has_tasks() || queue_.tx_pending() > 0) {
     idle_.worked(reactor_.now_ns());
     return;
   }
+  // TX blocked: frames in the TX backlog the PMD keeps refusing, or connections waiting for room in the TX
+  // relay ring. No iteration made progress (work 0), so only the NIC or the relaying core can: sleep, but in
+  // steps of at most kTxBlockedSleepNs (idle_backoff.hh), and the next iteration's flush / resume_tx retries.
+  bool tx_blocked = queue_.tx_backlog() > 0 || tcp_.tx_waiting() > 0;
   uint64_t next_ms = reactor_.timers().next_deadline();
   uint64_t deadline_ns = next_ms == UINT64_MAX ? UINT64_MAX : next_ms * 1'000'000;
   uint64_t start = reactor_.now_ns();
-  uint64_t sleep_ns = idle_.next_sleep_ns(start, deadline_ns);
+  uint64_t sleep_ns =
+      idle_.next_sleep_ns(start, deadline_ns, tx_blocked ? IdleBackoff::kTxBlockedSleepNs : UINT64_MAX);
   if (sleep_ns == 0) return;
   // Announce the sleep, then look at the rings once more: a core that enqueued before seeing the flag left
   // its frames there (Dekker: seq_cst store here, fence + load in wake_peers on the other side).

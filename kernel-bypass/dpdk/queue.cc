@@ -4,13 +4,20 @@
 #include <rte_mbuf.h>
 #include <rte_ring.h>
 
+#include <algorithm>
+#include <cstring>
+
 namespace kosoku::dpdk {
 
-Queue::Queue(const QueueConfig& conf) : conf_(conf) {}
+Queue::Queue(const QueueConfig& conf) : conf_(conf) {
+  if (conf_.tx_queue < 0) conf_.tx_backlog = 0;  // the relay ring's refusals are freed (tx_room holds TCP)
+  if (conf_.tx_backlog > 0) backlog_ = std::make_unique<rte_mbuf*[]>(conf_.tx_backlog);
+}
 
 Queue::~Queue() {
   if (building_ != nullptr) rte_pktmbuf_free(building_);
   for (unsigned i = 0; i < tx_count_; ++i) rte_pktmbuf_free(tx_[i]);
+  for (uint32_t i = 0; i < backlog_count_; ++i) rte_pktmbuf_free(backlog_[backlog_head_ + i]);
 }
 
 unsigned Queue::rx_burst(rte_mbuf** out) {
@@ -86,27 +93,63 @@ void Queue::send_mbuf(rte_mbuf* m) {
   if (tx_count_ == kBurst) flush();
 }
 
-unsigned Queue::flush() {
-  if (tx_count_ == 0) return 0;
-  unsigned sent;
-  if (conf_.tx_queue >= 0) {
-    sent = rte_eth_tx_burst(conf_.port, static_cast<uint16_t>(conf_.tx_queue), tx_, static_cast<uint16_t>(tx_count_));
-  } else {
-    sent = rte_ring_sp_enqueue_burst(conf_.tx_ring, reinterpret_cast<void* const*>(tx_), tx_count_, &ring_free_);
-  }
+unsigned Queue::transmit(rte_mbuf** m, unsigned n) {
   ++stats_.tx_bursts;
-  stats_.tx_packets += sent;
-  if (sent < tx_count_) {
-    // Refused: the TX ring is full. Free them now rather than hold mbufs across iterations without bound.
-    for (unsigned i = sent; i < tx_count_; ++i) rte_pktmbuf_free(tx_[i]);
-    stats_.tx_refused += tx_count_ - sent;
+  if (conf_.tx_queue >= 0) {
+    return rte_eth_tx_burst(conf_.port, static_cast<uint16_t>(conf_.tx_queue), m, static_cast<uint16_t>(n));
   }
-  tx_count_ = 0;
+  return rte_ring_sp_enqueue_burst(conf_.tx_ring, reinterpret_cast<void* const*>(m), n, &ring_free_);
+}
+
+void Queue::keep(rte_mbuf** m, unsigned n) {
+  const uint32_t cap = conf_.tx_backlog;
+  if (backlog_head_ + backlog_count_ + n > cap && backlog_head_ > 0) {
+    std::memmove(backlog_.get(), backlog_.get() + backlog_head_, backlog_count_ * sizeof(rte_mbuf*));
+    backlog_head_ = 0;
+  }
+  unsigned fit = std::min<unsigned>(n, cap - backlog_count_);
+  std::copy(m, m + fit, backlog_.get() + backlog_head_ + backlog_count_);
+  backlog_count_ += fit;
+  stats_.tx_backlogged += fit;
+  stats_.tx_backlog_peak = std::max<uint64_t>(stats_.tx_backlog_peak, backlog_count_);
+  if (fit < n) {
+    // Beyond the bound: the newest frames go (tail drop), as a full qdisc would; TCP retransmits them.
+    for (unsigned i = fit; i < n; ++i) rte_pktmbuf_free(m[i]);
+    stats_.tx_backlog_dropped += n - fit;
+    stats_.tx_refused += n - fit;
+  }
+}
+
+unsigned Queue::flush() {
+  unsigned sent = 0;
+  if (backlog_count_ > 0) {  // the oldest frames first
+    unsigned n = transmit(backlog_.get() + backlog_head_, backlog_count_);
+    backlog_head_ += n;
+    backlog_count_ -= n;
+    if (backlog_count_ == 0) backlog_head_ = 0;
+    sent = n;
+  }
+  if (tx_count_ > 0) {
+    // New frames go to the PMD only behind an empty backlog; otherwise straight to its tail (never reordered).
+    unsigned n = backlog_count_ == 0 ? transmit(tx_, tx_count_) : 0;
+    sent += n;
+    if (n < tx_count_) {
+      if (conf_.tx_backlog > 0) {
+        keep(tx_ + n, tx_count_ - n);
+      } else {
+        // Refused, no backlog (the relay ring, whose room TCP reads; or tx_backlog 0): free them now.
+        for (unsigned i = n; i < tx_count_; ++i) rte_pktmbuf_free(tx_[i]);
+        stats_.tx_refused += tx_count_ - n;
+      }
+    }
+    tx_count_ = 0;
+  }
+  stats_.tx_packets += sent;
   return sent;
 }
 
 size_t Queue::tx_room() const {
-  if (conf_.tx_queue >= 0 || conf_.tx_ring == nullptr) return SIZE_MAX;
+  if (conf_.tx_queue >= 0 || conf_.tx_ring == nullptr) return backlog_count_ > 0 ? 0 : SIZE_MAX;
   if (ring_free_ < tx_count_ + kRoomExact) ring_free_ = rte_ring_free_count(conf_.tx_ring);
   return ring_free_ > tx_count_ ? ring_free_ - tx_count_ : 0;
 }

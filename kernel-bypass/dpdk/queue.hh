@@ -13,12 +13,23 @@
 // With TX checksum offload, frame_send() marks IPv4 frames RTE_MBUF_F_TX_IPV4 | IP_CKSUM (| TCP_CKSUM for TCP)
 // with l2_len/l3_len; the Interface left the IPv4 checksum 0 and the TCP pseudo-header sum in place.
 // A core without a TX queue enqueues its bursts on its tx ring instead (steering.hh); its TX core sends them.
-// Frames the PMD or the ring refuse are freed at once and counted in tx_refused: TCP retransmits them. To keep
-// that from happening on the ring, tx_room() reports its free slots and the core's TcpStack holds new data
-// segments back while fewer than a burst are left (TX backpressure, TcpStack::set_tx_backpressure).
+// TX backpressure, so that TCP holds new data instead of the link losing frames it must then retransmit:
+// - Through the relay ring: frames the ring refuses are freed at once and counted in tx_refused; tx_room()
+//   reports the ring's free slots and the core's TcpStack holds new data segments back while fewer than a
+//   burst are left (TcpStack::set_tx_backpressure).
+// - On a TX queue of its own: frames the PMD refuses (its descriptor ring is full: line rate reached, pause
+//   frames, link down) go, in order, to a bounded software TX backlog (QueueConfig::tx_backlog frames; the
+//   role of Linux's qdisc or Seastar's per-core TX queue). Every flush sends the backlog first and new frames
+//   only once it is empty, so frames are never reordered; only beyond the bound are frames freed (newest
+//   first: tail drop) and counted in tx_backlog_dropped and tx_refused. While the backlog holds a frame,
+//   tx_room() is 0: TCP sends no new data (ACKs and retransmissions still go, behind the backlog) and its
+//   waiting connections resume once a flush has emptied it. The worker's loop flushes (retrying the
+//   backlog) every iteration, idle or not (backend.cc).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 
 #include "kernel-bypass/tcpip/interface.hh"
@@ -33,7 +44,12 @@ namespace kosoku::dpdk {
 /// Per-queue counters (plain fields, owning core only).
 struct QueueStats {
   uint64_t rx_packets = 0, rx_bursts = 0, rx_multiseg_dropped = 0;
-  uint64_t tx_packets = 0, tx_bursts = 0, tx_refused = 0, tx_no_mbuf = 0, tx_too_long = 0;
+  uint64_t tx_packets = 0, tx_bursts = 0, tx_no_mbuf = 0, tx_too_long = 0;
+  uint64_t tx_refused = 0;          // frames freed unsent: the relay ring was full, or the PMD refused them and
+                                    // the TX backlog was full (TCP retransmits them)
+  uint64_t tx_backlogged = 0;       // frames the PMD refused that went to the TX backlog (each counted once)
+  uint64_t tx_backlog_dropped = 0;  // frames freed because the TX backlog was full (also in tx_refused)
+  uint64_t tx_backlog_peak = 0;     // largest TX backlog seen (frames)
   uint64_t rx_l4_checksum_good = 0, rx_l4_checksum_bad = 0;  // verdicts of the port (RX offload)
   uint64_t tx_checksum_offloaded = 0;                        // frames whose checksums the port completes
 };
@@ -50,6 +66,12 @@ struct QueueConfig {
   bool tx_checksum_offload = false;
   bool rx_checksum_offload = false;
   int rx_interrupt_fd = -1;       // readable when the RX queue has frames (Port::rx_interrupt_fd), -1: none
+  /// PortConfig::tx_descriptors' default: the backlog when the PMD does not report its descriptor count.
+  static constexpr uint32_t kDefaultTxBacklog = 1024;
+  /// With a TX queue of its own: the most frames the PMD refused that are kept for the next flush (the TX
+  /// backlog); 0: refused frames are freed at once (the behaviour before the backlog; tx_room() is then
+  /// SIZE_MAX). backend.cc sizes it as the queue's TX descriptor count (one more descriptor ring's worth).
+  uint32_t tx_backlog = kDefaultTxBacklog;
 };
 
 class Queue final : public tcpip::PacketIO {
@@ -57,7 +79,7 @@ class Queue final : public tcpip::PacketIO {
   static constexpr unsigned kBurst = 32;
 
   explicit Queue(const QueueConfig& conf);
-  ~Queue();  // frees pending TX frames and the half-built one
+  ~Queue();  // frees pending TX frames, the TX backlog and the half-built one
   Queue(const Queue&) = delete;
   Queue& operator=(const Queue&) = delete;
 
@@ -67,9 +89,15 @@ class Queue final : public tcpip::PacketIO {
   void deliver(tcpip::Interface& ifc, rte_mbuf* m, uint64_t now_ms);
   /// Appends a finished frame (relayed for a core without a TX queue) to the TX burst.
   void send_mbuf(rte_mbuf* m);
-  /// Sends the pending TX burst. Returns the number of frames the PMD (or the tx ring) accepted.
+  /// Sends the TX backlog (if any), then the pending TX burst once the backlog is empty; what the PMD refuses
+  /// joins the backlog's tail (see the header comment). Through the relay ring: sends the pending burst,
+  /// freeing what the ring refuses. Returns the number of frames the PMD (or the tx ring) accepted. Cheap with
+  /// nothing pending (two compares): the worker calls it every loop iteration.
   unsigned flush();
+  /// Frames of the TX burst not yet handed to the PMD or ring.
   size_t tx_pending() const { return tx_count_; }
+  /// Frames in the TX backlog (refused by the PMD, sent first by the next flush); 0 through the relay ring.
+  size_t tx_backlog() const { return backlog_count_; }
 
   // tcpip::PacketIO
   std::span<uint8_t> frame_begin(size_t max_len) override;
@@ -81,8 +109,8 @@ class Queue final : public tcpip::PacketIO {
   /// free slots minus the frames of the pending burst (tx_pending), exact when below kRoomExact, otherwise a
   /// lower bound (the free count the last flush or read saw: only the relaying core frees slots, so the real
   /// count can only be larger); one read of the ring's consumer index (rte_ring_free_count) when near. With a
-  /// TX queue of its own: SIZE_MAX, unknown (a PMD's free descriptors have no cheap portable measure; its
-  /// refusals are still counted in tx_refused).
+  /// TX queue of its own: 0 while the TX backlog holds a frame (the PMD refused; new data waits until a flush
+  /// empties it), else SIZE_MAX, unknown (a PMD's free descriptors have no cheap portable measure).
   size_t tx_room() const override;
   static constexpr unsigned kRoomExact = 4 * kBurst;
 
@@ -91,12 +119,20 @@ class Queue final : public tcpip::PacketIO {
 
  private:
   void mark_offloads(rte_mbuf* m);
+  /// The PMD (own TX queue) or the relay ring for `n` frames from `m`; returns how many it took.
+  unsigned transmit(rte_mbuf** m, unsigned n);
+  /// Appends `n` refused frames to the TX backlog, in order; those beyond its bound are freed and counted.
+  void keep(rte_mbuf** m, unsigned n);
 
   QueueConfig conf_;
   rte_mbuf* building_ = nullptr;  // from frame_begin until frame_send
   rte_mbuf* tx_[kBurst] = {};
   unsigned tx_count_ = 0;
   mutable unsigned ring_free_ = 0;  // relay ring: free slots at the last flush or tx_room() read (a lower bound)
+  // The TX backlog (own TX queue): conf_.tx_backlog slots; the frames are backlog_[head, head + count), oldest
+  // first (contiguous, so one rte_eth_tx_burst sends them; moved to the front when the tail has no room).
+  std::unique_ptr<rte_mbuf*[]> backlog_;
+  uint32_t backlog_head_ = 0, backlog_count_ = 0;
   QueueStats stats_;
 };
 
