@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "kernel-bypass/tcpip/tcp_metrics.hh"
 #include "tests/unit/tcp_pipe.hh"
 
 namespace kosoku::tcpip {
@@ -44,6 +45,7 @@ struct Episode {
   std::vector<uint32_t> after_rto;  // offsets (from the first data byte) of data segments sent after the RTO
   bool exact = false;
   TcpStats sender;
+  double exported_spurious = -1, exported_frto = -1;  // the sender's stats section (append_tcp_metrics)
 };
 
 // Connects (no faults during the handshake), then `script` adds faults, the client writes `bytes` and both
@@ -94,6 +96,12 @@ Episode run_episode(bool sack, size_t bytes, Script script) {
   }, 10'000);
   e.exact = sink.received == data;
   e.sender = link.tcp(0).stats();
+  stats::ExtraSection section{"dpdk_port", {}};
+  append_tcp_metrics(link.tcp(0), {{"core", "0"}}, &section);
+  for (const stats::ExtraMetric& m : section.metrics) {
+    if (m.name == "dpdk_tcp_spurious_rtos_total") e.exported_spurious = m.value;
+    if (m.name == "dpdk_tcp_frto_spurious_rtos_total") e.exported_frto = m.value;
+  }
   return e;
 }
 
@@ -117,6 +125,8 @@ void expect_spurious(const Episode& e) {
   EXPECT_EQ(e.sender.rto_expired, 1u);
   EXPECT_EQ(e.sender.spurious_rtos, 1u);
   EXPECT_EQ(e.sender.frto_spurious_rtos, 1u);
+  EXPECT_EQ(e.exported_spurious, 1.0);
+  EXPECT_EQ(e.exported_frto, 1.0);
   EXPECT_EQ(e.sender.retransmits, 1u);
   EXPECT_EQ(e.cwnd_before_rto, kInitialWindow);
   EXPECT_EQ(e.ssthresh_before_rto, UINT32_MAX);
@@ -138,6 +148,7 @@ void expect_kept(const Episode& e, uint64_t rtos, const std::vector<uint32_t>& f
   EXPECT_EQ(e.sender.rto_expired, rtos) << sack;
   EXPECT_EQ(e.sender.spurious_rtos, 0u) << sack;
   EXPECT_EQ(e.sender.frto_spurious_rtos, 0u) << sack;
+  EXPECT_EQ(e.exported_frto, 0.0) << sack;
   ASSERT_GE(e.after_rto.size(), first.size()) << sack;
   EXPECT_EQ(std::vector<uint32_t>(e.after_rto.begin(), e.after_rto.begin() + static_cast<long>(first.size())),
             first)
