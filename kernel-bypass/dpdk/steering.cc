@@ -144,6 +144,10 @@ unsigned CoreSteering::drain(Queue& q, tcpip::Interface& ifc, uint64_t now_ms) {
     handled += na + n;
   }
   for (uint16_t c : tx_for_) {
+    // While the port refuses (frames wait in this core's TX backlog), the relayed cores' frames stay in their
+    // rings: those fill, and the cores' TCP holds new data on the ring's room instead of this backlog
+    // overflowing into drops.
+    if (q.tx_backlog() > 0) break;
     unsigned n = rte_ring_sc_dequeue_burst(mesh_.tx(c), reinterpret_cast<void**>(ms), Queue::kBurst, nullptr);
     for (unsigned i = 0; i < n; ++i) q.send_mbuf(ms[i]);
     stats_.tx_relayed += n;

@@ -83,7 +83,8 @@ class CoreSteering final : public tcpip::ArpListener, public tcpip::FlowOwner {
   /// Enqueues the batched frames (once per RX burst).
   void flush();
   /// Delivers the frames other cores forwarded here (through `q`, which frees them) and applies their ARP
-  /// updates to `ifc`; transmits the frames of cores this core sends for. Returns the frames handled.
+  /// updates to `ifc`; transmits the frames of cores this core sends for, unless `q`'s TX backlog holds frames
+  /// (the port refuses: their frames wait in their relay rings). Returns the frames handled.
   unsigned drain(Queue& q, tcpip::Interface& ifc, uint64_t now_ms);
 
   // tcpip::ArpListener: replicate to every other core.

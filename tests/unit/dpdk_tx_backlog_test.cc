@@ -30,6 +30,7 @@
 #include "kernel-bypass/dpdk/backend.hh"
 #include "kernel-bypass/dpdk/idle_backoff.hh"
 #include "kernel-bypass/dpdk/queue.hh"
+#include "kernel-bypass/dpdk/steering.hh"
 #include "kernel-bypass/tcpip/byte_order.hh"
 #include "kernel-bypass/tcpip/interface.hh"
 #include "kernel-bypass/tcpip/tcp_stack.hh"
@@ -517,6 +518,56 @@ TEST(DpdkTxBacklog, IdleWorkerRetriesItsBacklogAndSleepsOnlyBriefly) {
   EXPECT_EQ(r.sent_after, 1u);
   EXPECT_EQ(r.backlog_after, 0u);
   EXPECT_EQ(r.ether_type, 0x0806);  // the ARP, behind the frames that were there first
+}
+
+// Core 0 transmits for core 1 (no TX queue of its own: its frames come through its relay ring). While core 0's
+// port refuses and its backlog holds frames, drain() leaves core 1's frames in the ring — whose room core 1's
+// TCP watches — instead of piling them onto the backlog until it overflows into drops; once the backlog is
+// sent they follow, in order, behind core 0's own frames.
+TEST(DpdkTxBacklog, RelayedFramesWaitInTheirRingWhileTheBacklogHoldsFrames) {
+  NetRingPort p(64);
+  ASSERT_TRUE(p.started) << p.error;
+  std::string err;
+  std::unique_ptr<CoreMesh> mesh = CoreMesh::create(2, 1, &err);
+  ASSERT_NE(mesh, nullptr) << err;
+  FlowSteering flows(2, 128);
+  {
+    Queue q(p.queue_config(Queue::kBurst));  // the smallest sane bound: one refused burst always fits
+    CoreSteering steering(*mesh, flows, 0);
+    tcpip::InterfaceConfig ic;
+    tcpip::Interface ifc(q, ic);
+    send_indexed(q, 0, 64 + 10);  // core 0's own: 64 on the wire, 10 in the backlog
+    q.flush();
+    ASSERT_EQ(q.tx_backlog(), 10u);
+    for (uint32_t i = 1000; i < 1000 + 40; ++i) {  // core 1's frames in its relay ring
+      rte_mbuf* m = rte_pktmbuf_alloc(p.pool);
+      ASSERT_NE(m, nullptr);
+      std::memset(rte_pktmbuf_mtod(m, uint8_t*), 0, 64);
+      std::memcpy(rte_pktmbuf_mtod(m, uint8_t*), &i, sizeof(i));
+      m->data_len = m->pkt_len = 64;
+      ASSERT_EQ(rte_ring_sp_enqueue(mesh->tx(1), m), 0);
+    }
+    EXPECT_EQ(steering.drain(q, ifc, 0), 0u);
+    q.flush();
+    EXPECT_EQ(rte_ring_count(mesh->tx(1)), 40u);  // untouched: a burst of 32 behind 10 would drop 10
+    EXPECT_EQ(q.tx_backlog(), 10u);
+    EXPECT_EQ(steering.stats().tx_relayed, 0u);
+
+    std::vector<uint32_t> wire;
+    while (rte_ring_count(mesh->tx(1)) > 0 || q.tx_backlog() > 0 || rte_ring_count(p.tx) > 0) {
+      take(p.tx, 20, &wire);
+      q.flush();
+      steering.drain(q, ifc, 0);
+      q.flush();
+    }
+    std::vector<uint32_t> want = range(0, 74);
+    for (uint32_t i = 1000; i < 1040; ++i) want.push_back(i);
+    EXPECT_EQ(wire, want);
+    EXPECT_EQ(steering.stats().tx_relayed, 40u);
+    EXPECT_EQ(q.stats().tx_backlog_dropped, 0u);
+    EXPECT_EQ(q.stats().tx_refused, 0u);
+  }
+  EXPECT_EQ(p.free_mbufs(), kPoolMbufs);
 }
 
 }  // namespace
