@@ -26,6 +26,7 @@ Only one QEMU runs at a time. Measurements (sizes, boot times) go to build/appli
 """
 from __future__ import annotations
 
+import concurrent.futures
 import hashlib
 import json
 import os
@@ -501,7 +502,10 @@ def test_dpdk_rss_two_queue_pairs_in_guest(built_image, tmp_path):
     derived from its own flow table, so every frame must arrive on the queue of the worker owning its
     4-tuple: nothing is handed between the workers in either direction — client connections (ab) and the
     proxy's upstream connections, whose source ports are chosen so the origin's answers hash back to the
-    connecting worker (F-Stack issue 380). A wrong RETA or key shows up as dpdk_steer_forwarded_*."""
+    connecting worker (F-Stack issue 380). A wrong RETA or key shows up as dpdk_steer_forwarded_*.
+    Six concurrent 16 MiB downloads then fill the virtio TX rings (QEMU under TCG drains them slowly): the PMD
+    refuses frames, which wait in the worker's TX backlog — none is freed (before the backlog, 967 were, and
+    TCP retransmitted each)."""
     # The tap tests' skip rules (/dev/net/tun, ip netns) and their origin server and metrics reader.
     from test_dpdk_tap import _REASON
     if _REASON:
@@ -526,6 +530,8 @@ def test_dpdk_rss_two_queue_pairs_in_guest(built_image, tmp_path):
     (site / "index.html").write_bytes(TEST_SITE_INDEX)
     blob = hashlib.sha256(b"rss").digest() * (1 << 15)  # 1 MiB
     (site / "1m.bin").write_bytes(blob)
+    big = hashlib.sha256(b"rss16").digest() * (1 << 19)  # 16 MiB
+    (site / "16m.bin").write_bytes(big)
     origin_dir = tmp_path / "origin"
     origin_dir.mkdir()
     (origin_dir / "o1k.bin").write_bytes(blob[:1024])
@@ -587,6 +593,22 @@ def test_dpdk_rss_two_queue_pairs_in_guest(built_image, tmp_path):
                 for name in ("dpdk_steer_forwarded_out_total", "dpdk_steer_forwarded_in_total",
                              "dpdk_steer_tx_relayed_total", "dpdk_steer_ring_full_drops_total"):
                     assert m[(name, core)] == 0, (name, core, m)
+
+            def fetch_sha(path: str) -> str:
+                r = subprocess.run(["ip", "netns", "exec", ns, "curl", "-sS", "--fail", "-m", "240",
+                                    f"http://{guest}{path}"], capture_output=True, timeout=250)
+                assert r.returncode == 0, r.stderr
+                return hashlib.sha256(r.stdout).hexdigest()
+
+            with concurrent.futures.ThreadPoolExecutor(6) as pool:
+                digests = list(pool.map(fetch_sha, ["/16m.bin"] * 6))
+            assert digests == [hashlib.sha256(big).hexdigest()] * 6
+            m = port_metrics(status())
+            for core in "01":
+                assert m[("dpdk_queue_tx_refused_total", core)] == 0, (core, m)
+                assert m[("dpdk_queue_tx_backlog_dropped_total", core)] == 0, (core, m)
+            times["tx_backlogged_per_core"] = [m[("dpdk_queue_tx_backlogged_total", c)] for c in "01"]
+            times["retransmits_per_core"] = [m[("dpdk_tcp_retransmits_total", c)] for c in "01"]
             times["connections_per_core"] = per_core
             times["upstream_opens_per_core"] = opens
             serial = vm.console()
