@@ -20,14 +20,18 @@
 // destination that is in TIME-WAIT on our side, if timestamps were negotiated on it and its last segment is
 // ≥ kTimeWaitReuseMs old, so the new SYN's TSval exceeds everything the peer saw and PAWS separates the
 // incarnations (RFC 7323 §5, RFC 6191). Otherwise it fails with EADDRNOTAVAIL.
-// RACK-TLP (RFC 8985) loss detection with SACK; D-SACK (RFC 2883) sent for duplicate data below RCV.NXT and
-// read as a sender (it widens RACK's reordering window).
+// RACK-TLP (RFC 8985) loss detection with SACK; D-SACK (RFC 2883) sent for duplicate data below RCV.NXT or
+// inside the out-of-order queue and read as a sender (it widens RACK's reordering window). Congestion control
+// CUBIC (RFC 9438, default) or Reno, PRR (RFC 6937) in SACK recovery; spurious reductions undone by D-SACK
+// (RFC 3708), by timestamps (Eifel, RFC 3522; RFC 4015 response for timeouts) and, without timestamps, by
+// F-RTO (RFC 5682) for timeouts.
 // TX backpressure (set_tx_backpressure / resume_tx): where the link's TX path is bounded (a DPDK worker
-// without a TX queue sends through a ring another core drains), a new data segment waits while the link has
-// less room than a reserve, and the TCB resumes once the loop finds room again, instead of the link
-// refusing frames that TCP must then retransmit. ACKs, control segments and retransmissions are not held.
-// Not implemented (fail loudly where a caller could depend on it): D-SACK for duplicates inside the
-// out-of-order queue, urgent data (ignored), IPv6 (listen/connect refuse it), ECN.
+// without a TX queue sends through a ring another core drains; one with its own queue while frames the PMD
+// refused wait in its TX backlog), a new data segment waits while the link has less room than a reserve,
+// and the TCB resumes once the loop finds room again, instead of the link refusing frames that TCP must
+// then retransmit. ACKs, control segments and retransmissions are not held.
+// Not implemented (fail loudly where a caller could depend on it): urgent data (ignored), IPv6
+// (listen/connect refuse it), ECN.
 #pragma once
 
 #include <cstdint>
