@@ -38,7 +38,7 @@ class CongestionControl {
   void reset(uint32_t smss) {
     smss_ = smss;
     cubic_.reset(smss);
-    cwnd_ = std::min(10 * smss, std::max(2 * smss, 14600u));
+    cwnd_ = initial_window();
     ssthresh_ = UINT32_MAX;
     dupacks_ = 0;
     recovery_ = false;
@@ -197,11 +197,19 @@ class CongestionControl {
     ssthresh_ = std::max(ssthresh_, prior_ssthresh_);
   }
 
-  /// The last retransmission timeout was spurious (RFC 3522 or RFC 5682 F-RTO detection, Tcb): its reduction
-  /// is taken back as undo_reduction() does (RFC 4015 §2: cwnd and ssthresh as before the timeout, CUBIC's
-  /// state too) and the RecoveryPoint it set is dropped, so a real loss later may start fast recovery at once.
-  void undo_timeout() {
-    undo_reduction();
+  /// The last retransmission timeout was spurious (RFC 3522 or RFC 5682 F-RTO detection, Tcb): RFC 4015 §2's
+  /// response, not Linux's full restore. `flight` = octets outstanding after the ACK that showed it,
+  /// `bytes_acked` = octets that ACK newly acknowledged cumulatively. ssthresh = pipe_prev = max(FlightSize,
+  /// ssthresh) as both were when the timer fired (never below the current ssthresh); cwnd = flight +
+  /// min(bytes_acked, IW), never below the current cwnd: after a timeout the flight is small, and restoring
+  /// the old cwnd at once (Linux tcp_undo_cwnd_reduction) would let a stretch ACK release up to a window at
+  /// line rate — kosoku does not pace — where RFC 4015 lets slow start climb back to ssthresh within about a
+  /// round trip. CUBIC's state (W_max, K, epoch, W_est) is restored as before the timeout (RFC 9438 §4.9.2).
+  /// The RecoveryPoint the timeout set is dropped, so a real loss later may start fast recovery at once.
+  void undo_timeout(uint32_t flight, uint32_t bytes_acked) {
+    if (algorithm_ == CongestionAlgorithm::kCubic) cubic_.undo();
+    cwnd_ = std::max(cwnd_, flight + std::min(bytes_acked, initial_window()));
+    ssthresh_ = std::max(ssthresh_, prior_pipe_);
     rto_backoff_ = false;
     have_recover_ = false;
   }
@@ -222,8 +230,9 @@ class CongestionControl {
     if (!fresh) {
       if (cubic) cubic_.on_repeated_timeout();
     } else {
-      prior_cwnd_ = cwnd_;  // for undo_timeout()
+      prior_cwnd_ = cwnd_;
       prior_ssthresh_ = ssthresh_;
+      prior_pipe_ = std::max(flight, ssthresh_);  // RFC 4015 §2 pipe_prev, for undo_timeout()
       ssthresh_ = cubic ? cubic_.on_timeout(cwnd_) : std::max(flight / 2, 2 * smss_);
     }
     rto_backoff_ = true;
@@ -236,6 +245,8 @@ class CongestionControl {
   }
 
  private:
+  /// RFC 6928 initial window: min(10·SMSS, max(2·SMSS, 14600)) bytes.
+  uint32_t initial_window() const { return std::min(10 * smss_, std::max(2 * smss_, 14600u)); }
   /// ssthresh after a congestion event (fast retransmit / SACK recovery entry).
   uint32_t reduced_ssthresh(uint32_t flight) {
     if (algorithm_ == CongestionAlgorithm::kCubic) return cubic_.on_congestion_event(cwnd_);
@@ -259,6 +270,7 @@ class CongestionControl {
   uint64_t app_limited_since_us_ = 0;  // ...since the first such ACK at this time (µs)
   bool rto_backoff_ = false;  // the retransmission timer fired and no ACK has advanced SND.UNA since
   uint32_t prior_cwnd_ = 0, prior_ssthresh_ = 0;  // before the last reduction (SACK recovery or RTO; undo)
+  uint32_t prior_pipe_ = 0;  // RFC 4015 pipe_prev: max(FlightSize, ssthresh) when the last fresh timeout fired
 };
 
 }  // namespace kosoku::tcpip

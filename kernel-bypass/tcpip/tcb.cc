@@ -322,11 +322,11 @@ void Tcb::process_ack(const TcpSegment& seg) {
   bool dup_candidate = ack == snd_una_ && seg.payload.empty() && !h.has(kFin) && snd_max_ > snd_una_;
   uint32_t acked = 0;
   size_t pending_before = pending_output();
-  FrtoAck frto{advanced, dup_candidate && wnd == snd_wnd_, frto_ == Frto::kStep3 ? sb_.sacked_bytes() : 0};
+  FrtoAck frto = frto_ack_before(advanced, dup_candidate && wnd == snd_wnd_);
   if (advanced) {
     if (rto_eifel_) {
       rto_eifel_ = false;
-      if (eifel_delayed(seg, rto_eifel_ts_)) undo_spurious_rto();
+      if (eifel_delayed(seg, rto_eifel_ts_)) undo_spurious_rto(snd_max_ - ack, ack - snd_una_);
     }
     if (ack > snd_nxt_) {  // after an RTO rewound snd_nxt_ (and forgot the FIN it had sent)
       snd_nxt_ = ack;
@@ -680,6 +680,7 @@ void Tcb::send_segment(SeqNum seq, size_t len, uint8_t flags) {
     stack_.ip_.fill_tcp_checksum(out, tuple_.local, tuple_.remote);  // pseudo-header only with TX offload
   }, stack_.now_ms());
   ++stack_.stats_.segments_out;
+  frto_sent(seq, len);  // F-RTO: the highest octet retransmitted since the timeout
   if (len > 0) cc_.prr_sent(static_cast<uint32_t>(len));  // RFC 6937 prr_out (counted in recovery; SACK reads it)
   if (flags & kAck) {
     last_ack_sent_ = rcv_nxt_;

@@ -238,19 +238,38 @@ class Tcb final : public net::Stream {
   /// RFC 3522: the ACK echoes a TSval older than `first_rtx_ts`, the one the first retransmission of a
   /// recovery or a timeout carried (an original arrived).
   bool eifel_delayed(const TcpSegment& seg, uint32_t first_rtx_ts) const;
-  /// The last retransmission timeout was spurious (RFC 3522 detection, or F-RTO's): RFC 4015's response — cwnd and
-  /// ssthresh as before it (CongestionControl::undo_timeout), RACK's lost marks withdrawn, and the go-back
-  /// ends (SND.NXT back to SND.MAX: the originals are in flight). Counted in TcpStats::spurious_rtos; the
-  /// backed-off RTO is recomputed by the ACK's RTT sample.
-  void undo_spurious_rto();
+  /// The last retransmission timeout was spurious (RFC 3522 detection, or F-RTO's): RFC 4015 §2's response —
+  /// ssthresh back to pipe_prev, cwnd = `flight` + min(`bytes_acked`, IW) (CongestionControl::undo_timeout:
+  /// slow start climbs back, no burst; `flight` = octets outstanding after the ACK, `bytes_acked` = octets it
+  /// newly acknowledged cumulatively), RACK's lost marks withdrawn, and the go-back ends (SND.NXT back to
+  /// SND.MAX: the originals are in flight). Counted in TcpStats::spurious_rtos. The backed-off RTO is not
+  /// reset here: rtt_sample() recomputes it (without the doubling) at the next RTT sample — with RACK (SACK)
+  /// or timestamps the ACK that showed the timeout spurious gives one (the original's send time / its TSecr);
+  /// on a basic F-RTO connection (no SACK, no timestamps) the timed segment is the first new one sent after
+  /// the timeout (Karn), so the doubled RTO stays until that segment is acknowledged.
+  void undo_spurious_rto(uint32_t flight, uint32_t bytes_acked);
   // F-RTO (tcb_frto.cc, RFC 5682) for connections without timestamps (they use RFC 3522 above).
   /// What process_ack saw before it changed anything: SND.UNA advanced; a duplicate ACK (RFC 5681 §2: at
-  /// SND.UNA, no data, same window, data outstanding); the SACKed octets before the ACK's blocks (step 3 only).
+  /// SND.UNA, no data, same window, data outstanding); SND.UNA before it; in step 3 with SACK, the highest
+  /// octet retransmitted since the timeout (frto_rtx_high_) and the originals acknowledged before the ACK.
   struct FrtoAck {
     bool advanced;
     bool dup;
-    uint32_t sacked_before;
+    SeqNum una;
+    SeqNum rtx_high;
+    uint32_t originals_before;
   };
+  FrtoAck frto_ack_before(bool advanced, bool dup) const;
+  /// Octets in [rtx_high, recover) acknowledged cumulatively or SACKed: originals (never retransmitted since
+  /// the timeout) that reached the peer. Non-decreasing from ACK to ACK for a fixed rtx_high (a cumulative
+  /// ACK of octets SACKed before adds nothing), so a rise means the ACK newly acknowledged one.
+  uint32_t frto_originals(SeqNum rtx_high) const;
+  /// A segment [seq, seq + len) went out: during an RTO recovery a retransmission raises frto_rtx_high_.
+  void frto_sent(SeqNum seq, size_t len) {
+    if (!rto_recovery_ || len == 0 || !(seq < snd_max_)) return;
+    SeqNum end = std::min(seq + static_cast<uint32_t>(len), snd_max_);
+    if (frto_rtx_high_ < end) frto_rtx_high_ = end;
+  }
   /// Step 1, after the timeout's go-back retransmission went out: `fresh` = the timeout reduced the window
   /// (CongestionControl::on_timeout), `fast_recovery` = it fired in a fast recovery. Arms step 2 or not.
   void frto_on_timeout(bool fresh, bool fast_recovery);
@@ -465,6 +484,7 @@ class Tcb final : public net::Stream {
   Frto frto_ = Frto::kOff;
   bool rto_recovery_ = false;
   SeqNum frto_recover_, frto_rtx_end_;
+  SeqNum frto_rtx_high_;  // the highest octet retransmitted since the last timeout + 1 (its go-back included)
   // Receiver D-SACK (RFC 2883 §4): a duplicate range below RCV.NXT, reported first in the next ACK only.
   bool dsack_pending_ = false;
   SackBlock dsack_;

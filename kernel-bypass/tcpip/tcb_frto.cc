@@ -19,17 +19,28 @@
 //     and the send buffer, not by cwnd (§2: the ACK allows two segments; F-RTO only picks other ones). Nothing
 //     new to send (no data taken, FIN already sent, zero or too small a window, TX backpressure holding new
 //     segments): the RFC's recommended action, the conventional recovery (the go-back resumes).
-// Step 3, the next ACK:
-//   - basic: SND.UNA advances: it acknowledges data never retransmitted (3b): spurious. A duplicate ACK (3a):
-//     the timeout was real.
-//   - SACK: the cumulative ACK or a SACK block reaches above "recover" (the new segments arrived, something
-//     older is missing), or a duplicate ACK that newly SACKs nothing (3a): real. Octets below "recover"
-//     acknowledged for the first time, cumulatively or by SACK, with nothing above it (3b): spurious.
-//   - real (3a): cwnd = 3·SMSS (CongestionControl::frto_real_timeout) and the go-back resumes from SND.UNA
-//     when it is below "recover".
-//   - spurious (3b): RFC 4015's response through the timestamp path's undo (undo_spurious_rto: cwnd, ssthresh
-//     and CUBIC's state as before the timeout, RACK's lost marks withdrawn, SND.NXT = SND.MAX), "recover" =
-//     SND.UNA; counted in TcpStats::spurious_rtos and frto_spurious_rtos.
+// Step 3, the next ACK. "Originals" are octets in [frto_rtx_high_, recover): below "recover" and above the
+//   highest octet retransmitted since the timeout (the go-back's, RACK's or SACK recovery's, a probe's:
+//   send_segment → frto_sent), so never retransmitted since it (Linux: not TCPCB_EVER_RETRANS, below
+//   high_seq → FLAG_ORIG_SACK_ACKED; RFC 5682 Appendix B of RFC 4138: "an acknowledgment for a
+//   non-retransmitted segment"). An ACK "newly acknowledges an original" when the originals acknowledged
+//   cumulatively or by SACK grew with it (frto_originals; a cumulative ACK of octets SACKed before adds none).
+//   - spurious (3b): the ACK newly acknowledges an original, unless (SACK) a block reaches above "recover"
+//     while SND.UNA is still below it (the new segments arrived, something older is missing: real, as the
+//     RFC). A cumulative ACK at or past "recover" with an original among its newly acknowledged octets is
+//     spurious too — the stretch ACK after a delay spike, every original arrived and only the go-back's
+//     first segment was resent (Linux tcp_process_loss and RFC 5682 §2's basic rule undo there; aa3cd6c
+//     called it real with SACK).
+//   - real (3a): a duplicate ACK (one that newly SACKs only retransmitted octets included), the SACK case
+//     above, or SND.UNA at/past "recover" with no original newly acknowledged (all of it was resent): cwnd =
+//     3·SMSS (CongestionControl::frto_real_timeout) and the go-back resumes from SND.UNA below "recover".
+//   - neither (a window update, or an ACK that advances over retransmitted octets only): wait for the next.
+//   Basic mode uses the same rule without SACK blocks: SND.UNA passing frto_rtx_high_ is spurious, a
+//   duplicate ACK real (the go-back stopped at step 2b, so that is RFC 5682 §2's "advances SND.UNA").
+//   - the spurious response: undo_spurious_rto (RFC 4015 §2: ssthresh back, cwnd = FlightSize +
+//     min(bytes_acked, IW), CUBIC's state as before the timeout, RACK's lost marks withdrawn, SND.NXT =
+//     SND.MAX), "recover" = SND.UNA, the tail loss probe re-armed (this ACK's tlp_arm ran while the timeout's
+//     recovery still forbade it); counted in TcpStats::spurious_rtos and frto_spurious_rtos.
 // The scoreboard is cleared at the timeout (tcb_sack.cc), so in step 3 "SACKed for the first time" means
 // since step 2's ACKs, which re-report up to 3-4 ranges: a range the peer reported before the timeout and
 // again only in step 3 would look new.
@@ -48,6 +59,36 @@ void Tcb::frto_on_timeout(bool fresh, bool fast_recovery) {
   bool retransmitted = snd_nxt_ > snd_una_;
   frto_ = fresh && !fast_recovery && !repeated && retransmitted ? Frto::kStep2 : Frto::kOff;
   frto_rtx_end_ = snd_nxt_;
+  frto_rtx_high_ = retransmitted ? snd_nxt_ : snd_una_;  // the go-back's segment; later ones in frto_sent
+}
+
+Tcb::FrtoAck Tcb::frto_ack_before(bool advanced, bool dup) const {
+  FrtoAck a{advanced, dup, snd_una_, frto_rtx_high_, 0};
+  if (frto_ == Frto::kStep3) a.originals_before = frto_originals(frto_rtx_high_);
+  return a;
+}
+
+uint32_t Tcb::frto_originals(SeqNum rtx_high) const {
+  SeqNum lo = rtx_high, hi = frto_recover_;
+  if (!(lo < hi)) return 0;
+  uint32_t n = 0;
+  if (lo < snd_una_) {  // acknowledged cumulatively
+    SeqNum top = std::min(snd_una_, hi);
+    n = top - lo;
+    lo = top;
+  }
+  while (sack_ok_ && lo < hi) {  // SACKed above SND.UNA
+    if (sb_.sacked(lo)) {
+      SeqNum end = std::min(sb_.sacked_end(lo), hi);
+      n += end - lo;
+      lo = end;
+      continue;
+    }
+    SackBlock hole;
+    if (!sb_.first_hole(lo, hi, &hole)) break;  // nothing SACKed above lo
+    lo = hole.right;
+  }
+  return n;
 }
 
 void Tcb::frto_on_ack(const TcpSegment& seg, const FrtoAck& a) {
@@ -65,24 +106,22 @@ void Tcb::frto_on_ack(const TcpSegment& seg, const FrtoAck& a) {
     return;
   }
   if (frto_ != Frto::kStep3) return;
-  bool spurious = false, real = false;
-  if (sack_ok_) {
-    bool above = snd_una_ > frto_recover_;
-    for (uint8_t i = 0; i < seg.options.sack_count; ++i) above = above || seg.options.sack[i].right > frto_recover_;
-    bool newly = a.advanced || sb_.sacked_bytes() > a.sacked_before;
-    real = above || (a.dup && !newly);
-    spurious = !above && newly;
-  } else {
-    real = a.dup;
-    spurious = a.advanced;
+  bool below = snd_una_ < frto_recover_;
+  bool sack_above = false;
+  for (uint8_t i = 0; sack_ok_ && i < seg.options.sack_count; ++i) {
+    sack_above = sack_above || seg.options.sack[i].right > frto_recover_;
   }
-  if (!spurious && !real) return;  // neither new data nor a duplicate: wait for the next ACK
+  bool older_missing = below && sack_above;
+  bool spurious = frto_originals(a.rtx_high) > a.originals_before && !older_missing;
+  bool real = !spurious && (older_missing || a.dup || !below);
+  if (!spurious && !real) return;  // no original newly acknowledged, no duplicate: wait for the next ACK
   frto_ = Frto::kOff;
   if (spurious) {  // step 3b
     frto_recover_ = snd_una_;
     rto_recovery_ = false;
-    undo_spurious_rto();
+    undo_spurious_rto(snd_max_ - snd_una_, snd_una_ - a.una);
     rack_.forget_rack_segment();  // without timestamps RACK took the retransmission's ACK for its own
+    tlp_arm();                    // cancelled earlier in this ACK (the timeout's recovery ran): PTO again
     ++stack_.stats_.frto_spurious_rtos;
     return;
   }

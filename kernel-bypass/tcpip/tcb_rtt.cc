@@ -6,7 +6,8 @@
 //     RTO = SRTT + max(G, 4·RTTVAR), G = 1 ms, clamped to [rto_min, rto_max].
 //   - A first timeout that reduced the window records the TSval its retransmission carries; if the first ACK
 //     of new data after it echoes an older one, the original was delivered and undo_spurious_rto() takes the
-//     reduction back and ends the go-back (on_retransmit_timer and process_ack in tcb.cc call in here).
+//     reduction back (RFC 4015 §2: ssthresh restored, cwnd = FlightSize + min(bytes_acked, IW)) and ends
+//     the go-back (on_retransmit_timer and process_ack in tcb.cc call in here).
 //     Without timestamps F-RTO (RFC 5682, tcb_frto.cc) decides instead and undoes through the same function.
 #include <algorithm>
 
@@ -45,8 +46,8 @@ void Tcb::rtt_sample(uint64_t r) {
   rto_ms_ = std::clamp<uint64_t>((rto_us + 999) / 1000, c.rto_min_ms, c.rto_max_ms);
 }
 
-void Tcb::undo_spurious_rto() {
-  cc_.undo_timeout();
+void Tcb::undo_spurious_rto(uint32_t flight, uint32_t bytes_acked) {
+  cc_.undo_timeout(flight, bytes_acked);
   if (rack_on()) rack_.undo_rto();
   if (snd_nxt_ < snd_max_) {  // the go-back stops: the originals were in flight, not lost
     snd_nxt_ = snd_max_;

@@ -6,9 +6,11 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <string>
 #include <vector>
 
+#include "kernel-bypass/tcpip/congestion.hh"
 #include "kernel-bypass/tcpip/tcp_metrics.hh"
 #include "tests/unit/tcp_pipe.hh"
 
@@ -43,16 +45,22 @@ struct Episode {
   uint32_t cwnd_after_rto = 0, ssthresh_after_rto = 0;    // when its retransmission went out
   uint32_t cwnd_at_decision = 0, ssthresh_at_decision = 0;  // first data segment after step 3's ACK
   std::vector<uint32_t> after_rto;  // offsets (from the first data byte) of data segments sent after the RTO
+  std::vector<uint64_t> rtos_at;    // the sender's rto_expired when each of them went out
   bool exact = false;
   TcpStats sender;
   double exported_spurious = -1, exported_frto = -1;  // the sender's stats section (append_tcp_metrics)
 };
 
+// Sees each segment after the handshake: `off` = its sequence number (side 0) or its ACK (side 1) minus the
+// first data byte's; false drops it (before the Link's faults count it).
+using Filter = std::function<bool(Link& link, int from, const TcpSegment& seg, uint32_t off)>;
+
 // Connects (no faults during the handshake), then `script` adds faults, the client writes `bytes` and both
 // sides run until the sink has every byte and the sender saw it acknowledged (or 10 s).
 template <typename Script>
-Episode run_episode(bool sack, size_t bytes, Script script) {
-  Link link(frto_config(sack));
+Episode run_episode(bool sack, size_t bytes, Script script, Filter filter = {}, TcpConfig conf = TcpConfig{},
+                    bool own_conf = false) {
+  Link link(own_conf ? conf : frto_config(sack));
   Sink sink;
   Source source;
   net::Stream* c = testing::connect_kept_open(link, sink, source, 80);
@@ -67,6 +75,7 @@ Episode run_episode(bool sack, size_t bytes, Script script) {
   script(link);
   bool decided = false;
   link.tap = [&](int from, const TcpSegment& seg) {
+    if (filter && !filter(link, from, seg, (from == 0 ? seg.header.seq : seg.header.ack) - base)) return false;
     if (from != 0 || seg.payload.empty()) return true;
     const TcpStats& s = link.tcp(0).stats();
     if (s.rto_expired == 0) return true;
@@ -76,6 +85,7 @@ Episode run_episode(bool sack, size_t bytes, Script script) {
       e.ssthresh_after_rto = t.cc().ssthresh();
     }
     e.after_rto.push_back(off);
+    e.rtos_at.push_back(s.rto_expired);
     if (!decided && e.after_rto.size() > 3) {
       decided = true;
       e.cwnd_at_decision = t.cwnd();
@@ -203,6 +213,59 @@ TEST(TcpFrto, DuplicateAckFirstIsNoSpuriousTimeout) {
   }
 }
 
+// Segments 1 and 2 lost, every ACK late (review finding 1): the timeout resends segment 1; the first late
+// ACKs are duplicates SACKing 3-10 (SACK step 2 waits), then the ACK of segment 1's retransmission (SND.UNA
+// 1460) lets step 2b send two new segments. Segment 2 is resent before step 3 decides (SACK recovery: RACK
+// finds it lost below the SACKed 3-10), and the ACK of that retransmission cumulatively acknowledges 3-10 —
+// octets below "recover" never retransmitted, but SACKed before: nothing newly delivered is an original, so
+// the timeout is not found spurious (aa3cd6c's "newly acknowledged below recover" called it spurious).
+TEST(TcpFrto, SackTwoLostSegmentsAreNoSpuriousTimeout) {
+  Episode e = run_episode(true, 64 * 1024, [](Link& link) {
+    delay_acks(link);
+    link.add_fault(Fault{.from = 0, .match = Match::kData, .nth = 1, .count = 2, .action = Action::kDrop});
+  });
+  EXPECT_TRUE(e.exact);
+  EXPECT_EQ(e.sender.spurious_rtos, 0u);
+  EXPECT_EQ(e.sender.frto_spurious_rtos, 0u);
+  EXPECT_EQ(e.exported_frto, 0.0);
+  // The timeout's retransmission, step 2b's two new segments, then (step 3a: the ACK SACKs 14600-16060
+  // above "recover" with segment 2 missing) the go-back at segment 2 with cwnd 3·SMSS. Its ACK is late too:
+  // the (backed-off) timer fires once more and resends segment 2 before that ACK comes.
+  ASSERT_GE(e.after_rto.size(), 4u);
+  EXPECT_EQ(std::vector<uint32_t>(e.after_rto.begin(), e.after_rto.begin() + 4),
+            (std::vector<uint32_t>{0, kInitialWindow, kInitialWindow + kMss, kMss}));
+  EXPECT_EQ(e.cwnd_at_decision, 3 * kMss);
+  EXPECT_EQ(e.ssthresh_at_decision, kInitialWindow * 7 / 10);
+  EXPECT_EQ(e.sender.rto_expired, 2u);
+  EXPECT_EQ(e.sender.retransmits, 3u);  // segment 1 once, segment 2 twice
+}
+
+// (f) A stretch ACK past "recover" in step 3 (review finding 2): every ACK late, and side 1's ACKs of 5840
+// to 14600 (and the duplicate ACK for the retransmitted segment 1) lost. Step 2 takes the ACK of 2920 and
+// sends 14600 and 16060; the next ACK to arrive acknowledges everything, 17520: the originals 1460-14600
+// were never retransmitted, so the timeout was spurious with SACK too (RFC 5682 §2's basic rule, Linux's
+// tcp_process_loss; aa3cd6c called it real with SACK: cwnd 3·SMSS, ssthresh 10,220). RFC 4015's response:
+// ssthresh = pipe_prev = max(FlightSize 14,600, ssthresh UINT32_MAX) and cwnd = FlightSize 0 + min(14,600
+// octets acknowledged, IW) = 14,600 when new data goes again.
+TEST(TcpFrto, StretchAckPastRecoverIsASpuriousTimeout) {
+  for (bool sack : {true, false}) {
+    Episode e = run_episode(sack, 64 * 1024, delay_acks, [](Link&, int from, const TcpSegment&, uint32_t off) {
+      return !(from == 1 && off > 2 * kMss && off <= kInitialWindow);
+    });
+    EXPECT_TRUE(e.exact) << sack;
+    EXPECT_EQ(e.sender.rto_expired, 1u) << sack;
+    EXPECT_EQ(e.sender.spurious_rtos, 1u) << sack;
+    EXPECT_EQ(e.sender.frto_spurious_rtos, 1u) << sack;
+    EXPECT_EQ(e.sender.retransmits, 1u) << sack;
+    ASSERT_GE(e.after_rto.size(), 4u) << sack;
+    EXPECT_EQ(std::vector<uint32_t>(e.after_rto.begin(), e.after_rto.begin() + 4),
+              (std::vector<uint32_t>{0, kInitialWindow, kInitialWindow + kMss, kInitialWindow + 2 * kMss}))
+        << sack;
+    EXPECT_EQ(e.cwnd_at_decision, kInitialWindow) << sack;
+    EXPECT_EQ(e.ssthresh_at_decision, UINT32_MAX) << sack;
+  }
+}
+
 // A timeout inside the recovery of an earlier one (§2/§3 step 1: "recover" ≥ SND.UNA) gets no F-RTO.
 // (a) No progress between them: the first timeout's retransmission is lost too (data segments 1-11 dropped);
 //     the second one's ACK is followed by the go-back (segment 2), not by new data.
@@ -238,6 +301,65 @@ TEST(TcpFrto, ZeroWindowFallsBackToTheGoBack) {
   });
   // The second late ACK (5840, window open again) resumes the go-back there, not new data (14600).
   expect_kept(e, 1, {0, 4 * kMss}, true);
+}
+
+// Review finding 3: the undo of a spurious timeout is RFC 4015 §2's response, not Linux's full restore.
+// Slow start to 40 segments, a SACK recovery (W_max = 58,400, ssthresh 40,880), congestion avoidance for a
+// while (a CUBIC epoch), then a timeout with 40,880 + growth in flight and its undo after an ACK of 2
+// segments with 4 left in flight: ssthresh = pipe_prev = max(FlightSize, ssthresh) at the timeout, cwnd =
+// 4 + min(2, IW) segments (Linux: cwnd back to the old value at once), CUBIC's W_max, K, epoch, W_est and
+// cwnd_prior exactly as before the timeout; slow start then adds one segment per segment acknowledged.
+TEST(TcpFrtoUndo, Rfc4015ResponseRestoresSsthreshAndCubicButSlowStartsCwnd) {
+  for (CongestionAlgorithm alg : {CongestionAlgorithm::kCubic, CongestionAlgorithm::kReno}) {
+    bool cubic = alg == CongestionAlgorithm::kCubic;
+    CongestionControl cc(kMss);
+    cc.set_algorithm(alg);
+    uint64_t now_us = 1'000'000;
+    for (int i = 0; i < 30; ++i) cc.on_ack(SeqNum{0}, kMss, cc.cwnd(), true, now_us, 10'000);
+    ASSERT_EQ(cc.cwnd(), 40 * kMss);
+    cc.enter_sack_recovery(40 * kMss, SeqNum{100'000});
+    ASSERT_TRUE(cc.on_sack_recovery_ack(SeqNum{100'000}));
+    const uint32_t reduced = cubic ? 40 * kMss * 7 / 10 : 20 * kMss;  // 40,880 (β = 0.7) / 29,200 (Reno)
+    ASSERT_EQ(cc.ssthresh(), reduced);
+    ASSERT_EQ(cc.cwnd(), reduced);
+    for (int i = 0; i < 40; ++i) {  // congestion avoidance: 4 s of ACKs, 100 ms apart
+      now_us += 100'000;
+      cc.on_ack(SeqNum{0}, kMss, cc.cwnd(), true, now_us, 10'000);
+    }
+    const uint32_t cwnd = cc.cwnd(), ssthresh = cc.ssthresh();
+    ASSERT_GT(cwnd, reduced);
+    const Cubic before = cc.cubic();
+    if (cubic) {
+      ASSERT_EQ(before.w_max(), 40 * kMss);
+      ASSERT_TRUE(before.in_epoch());
+      ASSERT_GT(before.k_us(), 0u);
+    }
+
+    ASSERT_TRUE(cc.on_timeout(cwnd, SeqNum{200'000}));
+    EXPECT_EQ(cc.cwnd(), kMss);
+    EXPECT_EQ(cc.ssthresh(), cubic ? cwnd * 7 / 10 : std::max(cwnd / 2, 2 * kMss));
+    EXPECT_FALSE(cc.may_enter_sack_recovery(SeqNum{150'000}));  // the timeout's RecoveryPoint
+
+    cc.undo_timeout(4 * kMss, 2 * kMss);
+    EXPECT_EQ(cc.cwnd(), 6 * kMss);               // FlightSize + min(bytes_acked, IW), not `cwnd`
+    EXPECT_EQ(cc.ssthresh(), std::max(cwnd, ssthresh));  // pipe_prev: the flight at the timeout
+    EXPECT_TRUE(cc.may_enter_sack_recovery(SeqNum{150'000}));  // RecoveryPoint dropped
+    const Cubic& after = cc.cubic();
+    EXPECT_EQ(after.w_max(), before.w_max());
+    EXPECT_EQ(after.k_us(), before.k_us());
+    EXPECT_EQ(after.epoch_start_us(), before.epoch_start_us());
+    EXPECT_EQ(after.in_epoch(), before.in_epoch());
+    EXPECT_EQ(after.w_est(), before.w_est());
+    EXPECT_EQ(after.cwnd_prior(), before.cwnd_prior());
+    EXPECT_EQ(after.ssthresh(), before.ssthresh());
+    cc.on_ack(SeqNum{0}, kMss, 5 * kMss, true, now_us + 1000, 10'000);
+    EXPECT_EQ(cc.cwnd(), 7 * kMss);  // slow start back towards ssthresh
+    // A stretch ACK of more than IW adds IW at most.
+    ASSERT_TRUE(cc.on_timeout(7 * kMss, SeqNum{300'000}));
+    cc.undo_timeout(0, 64 * kMss);
+    EXPECT_EQ(cc.cwnd(), kInitialWindow);
+    EXPECT_EQ(cc.ssthresh(), std::max(cwnd, ssthresh));  // max(7 segments in flight, the restored ssthresh)
+  }
 }
 
 // Bulk: 256 KiB with every ACK after side 1's 10th segment 45 ms late (RTO floor 30 ms), TLP on (defaults
