@@ -266,6 +266,61 @@ TEST(TcpFrto, StretchAckPastRecoverIsASpuriousTimeout) {
   }
 }
 
+// Review finding 4: the tail loss probe after a step-3b undo. 12 segments, every ACK late; step 2b sends
+// the last two (14600, 16060) and the ACK of segments 3-4 undoes the timeout. The later ACKs (8760 to 16060)
+// are lost (the first five side 1 sends above 5840: 8760, 11680, 14600, the duplicate ACK for the resent
+// segment 1, 16060) and so is segment 16060: only a probe or a timeout can repair that tail. TLP is turned on at step
+// 2b (the initial window's PTO, 2·SRTT = 4 ms, would otherwise probe before the timeout); the ACK that
+// undoes cancelled the PTO while the timeout's recovery ran, and the undo arms it again: the probe resends
+// 16060 about 2·SRTT later, its ACK (17520) ends the transfer, and the (backed-off) timer never fires again.
+TEST(TcpFrto, TailLossProbeIsArmedAgainAfterTheUndo) {
+  int tails = 0, acks = 0;
+  Episode e = run_episode(true, kInitialWindow + 2 * kMss, delay_acks,
+                          [&](Link& link, int from, const TcpSegment& seg, uint32_t off) {
+    if (from == 1) return !(off > 4 * kMss && off <= kInitialWindow + kMss && acks++ < 5);
+    if (off == kInitialWindow && !seg.payload.empty()) {
+      const_cast<TcpConfig&>(link.tcp(0).config()).tail_loss_probe = true;
+    }
+    return !(off == kInitialWindow + kMss && tails++ == 0);
+  });
+  EXPECT_TRUE(e.exact);
+  EXPECT_EQ(e.sender.rto_expired, 1u);
+  EXPECT_EQ(e.sender.frto_spurious_rtos, 1u);
+  EXPECT_EQ(e.sender.tlp_probes, 1u);
+  EXPECT_EQ(e.sender.retransmits, 2u);  // the timeout's segment 1 and the probe
+  // the timeout's retransmission, step 2b's 14600 (its 16060 was dropped before the log), the probe's 16060
+  EXPECT_EQ(e.after_rto, (std::vector<uint32_t>{0, kInitialWindow, kInitialWindow + kMss}));
+}
+
+// (d) A timeout during fast recovery gets no F-RTO (RFC 5682 §3.1 step 1; applied to NewReno too): segments
+// 1 and 3 are lost every time they are sent until the timer fires, so SACK/PRR recovery (RACK resending
+// them) or NewReno recovery (fast retransmit of 1) runs when it does. The timeout resends segment 1; its
+// ACK (2920) is below "recover" and above the retransmission — F-RTO's step 2b would send new data there —
+// but the conventional go-back resends segment 3 (2920). CUBIC already treats that timeout as no fresh
+// reduction (its recovery's stands); Reno's is fresh, so the fast-recovery condition alone keeps F-RTO out
+// (checked: without it the SACK and NewReno Reno runs send new data, 108,040 / 84,680, after the timeout).
+// The duplicate ACKs of the flight still in the air when the timer fires are dropped: NewReno's would
+// otherwise end an F-RTO at once (§2 step 2a) and hide whether it started.
+TEST(TcpFrto, TimeoutInFastRecoveryGetsNoFrto) {
+  for (bool sack : {true, false}) {
+    for (CongestionAlgorithm alg : {CongestionAlgorithm::kCubic, CongestionAlgorithm::kReno}) {
+      TcpConfig c = frto_config(sack);
+      c.congestion_control = alg;
+      Episode e = run_episode(sack, 512 * 1024, [](Link&) {}, [](Link& link, int from, const TcpSegment& seg,
+                                                                uint32_t off) {
+        uint64_t rtos = link.tcp(0).stats().rto_expired;
+        if (from == 1) return !(off == 0 && rtos > 0);  // duplicate ACKs after it: basic step 2a would stop
+        return !(!seg.payload.empty() && (off == 0 || off == 2 * kMss) && rtos == 0);
+      }, c, true);
+      std::string what = std::string(sack ? "SACK" : "NewReno") +
+                         (alg == CongestionAlgorithm::kCubic ? " CUBIC" : " Reno");
+      EXPECT_GE(e.sender.fast_retransmits + (sack ? e.sender.retransmits : 0), 1u) << what;
+      expect_kept(e, 1, {0, 2 * kMss}, sack);
+      EXPECT_EQ(e.sender.spurious_rtos, 0u) << what;
+    }
+  }
+}
+
 // A timeout inside the recovery of an earlier one (§2/§3 step 1: "recover" ≥ SND.UNA) gets no F-RTO.
 // (a) No progress between them: the first timeout's retransmission is lost too (data segments 1-11 dropped);
 //     the second one's ACK is followed by the go-back (segment 2), not by new data.
