@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -47,6 +48,10 @@ struct Episode {
   std::vector<uint32_t> after_rto;  // offsets (from the first data byte) of data segments sent after the RTO
   std::vector<uint64_t> rtos_at;    // the sender's rto_expired when each of them went out
   bool exact = false;
+  uint32_t base = 0;  // the first data byte's sequence number
+  uint32_t flight_before_rto = 0;        // SND.NXT - SND.UNA when the timer fired
+  Cubic cubic_before, cubic_at_undo;     // CUBIC's state before the timeout, and when F-RTO undid it
+  bool undone = false;
   TcpStats sender;
   double exported_spurious = -1, exported_frto = -1;  // the sender's stats section (append_tcp_metrics)
 };
@@ -55,15 +60,43 @@ struct Episode {
 // first data byte's; false drops it (before the Link's faults count it).
 using Filter = std::function<bool(Link& link, int from, const TcpSegment& seg, uint32_t off)>;
 
+// Sets the clock so that side 0's next connection from local port `port` to side 1's port 80 starts its
+// sequence space (the first data byte, ISN + 1) in [first_byte, first_byte + 250): RFC 6528's ISN is M + F
+// with M the 4 µs clock, so a probe connection (refused: nothing listens yet) reads M + F for this 4-tuple
+// and the clock moves on by the difference (250 sequence numbers per simulated ms).
+void aim_isn(Link& link, uint16_t port, uint32_t first_byte) {
+  Source probe;
+  std::string err;
+  uint64_t probe_ms = link.clock().ms;
+  net::Stream* p = link.tcp(0).connect_from(port, link.addr(1), 80, probe, &err);
+  ASSERT_NE(p, nullptr) << err;
+  uint32_t first = tcb(p).snd_nxt().v;
+  link.run_until([&] { return probe.closed; }, 100);  // side 1 answers the SYN with a RST
+  ASSERT_TRUE(probe.closed);
+  uint32_t now_first = first + 250u * static_cast<uint32_t>(link.clock().ms - probe_ms);
+  link.clock().ms += (static_cast<uint64_t>(first_byte - now_first) + 249) / 250;
+}
+
 // Connects (no faults during the handshake), then `script` adds faults, the client writes `bytes` and both
-// sides run until the sink has every byte and the sender saw it acknowledged (or 10 s).
+// sides run until the sink has every byte and the sender saw it acknowledged (or 10 s). `first_byte`: the
+// sequence number the first data byte should have, within 250 (aim_isn).
 template <typename Script>
 Episode run_episode(bool sack, size_t bytes, Script script, Filter filter = {}, TcpConfig conf = TcpConfig{},
-                    bool own_conf = false) {
+                    bool own_conf = false, std::optional<uint32_t> first_byte = std::nullopt) {
   Link link(own_conf ? conf : frto_config(sack));
   Sink sink;
   Source source;
-  net::Stream* c = testing::connect_kept_open(link, sink, source, 80);
+  net::Stream* c = nullptr;
+  if (first_byte) {
+    aim_isn(link, 40000, *first_byte);
+    source.keep_open = true;
+    std::string err;
+    EXPECT_EQ(link.tcp(1).listen_port(80, 16, sink, nullptr), 0);
+    c = link.tcp(0).connect_from(40000, link.addr(1), 80, source, &err);
+    if (c != nullptr && !link.run_until([&] { return source.connected && sink.accepted == 1; }, 1000)) c = nullptr;
+  } else {
+    c = testing::connect_kept_open(link, sink, source, 80);
+  }
   EXPECT_NE(c, nullptr);
   Episode e;
   if (c == nullptr) return e;
@@ -72,6 +105,7 @@ Episode run_episode(bool sack, size_t bytes, Script script, Filter filter = {}, 
   EXPECT_EQ(t.sack_permitted(), sack);
   EXPECT_EQ(t.mss(), kMss);
   SeqNum base = t.snd_nxt();
+  e.base = base.v;
   script(link);
   bool decided = false;
   link.tap = [&](int from, const TcpSegment& seg) {
@@ -80,6 +114,10 @@ Episode run_episode(bool sack, size_t bytes, Script script, Filter filter = {}, 
     const TcpStats& s = link.tcp(0).stats();
     if (s.rto_expired == 0) return true;
     uint32_t off = seg.header.seq - base;
+    if (s.frto_spurious_rtos > 0 && !e.undone) {
+      e.undone = true;
+      e.cubic_at_undo = t.cc().cubic();
+    }
     if (e.after_rto.empty()) {
       e.cwnd_after_rto = t.cwnd();
       e.ssthresh_after_rto = t.cc().ssthresh();
@@ -100,6 +138,8 @@ Episode run_episode(bool sack, size_t bytes, Script script, Filter filter = {}, 
     if (link.tcp(0).stats().rto_expired == 0) {
       e.cwnd_before_rto = t.cwnd();
       e.ssthresh_before_rto = t.cc().ssthresh();
+      e.flight_before_rto = t.snd_nxt() - t.snd_una();
+      e.cubic_before = t.cc().cubic();
     }
     sink.drain();
     return sink.received.size() == data.size() && t.send_buffered() == 0;  // delivered and acknowledged
@@ -321,6 +361,28 @@ TEST(TcpFrto, TimeoutInFastRecoveryGetsNoFrto) {
   }
 }
 
+// (i) Sequence numbers wrap inside the episode: the first data byte is 2^32 - 4·SMSS (aim_isn), so "recover"
+// (SND.MAX at the timeout), the new segments and the SACK blocks lie beyond 2^32 while SND.UNA is below it.
+// The spurious, real and stretch-ACK episodes end as without the wrap.
+TEST(TcpFrto, SequenceWrapKeepsTheDecisions) {
+  const uint32_t first = 0u - 4 * kMss;
+  for (bool sack : {true, false}) {
+    Episode s = run_episode(sack, 64 * 1024, delay_acks, {}, frto_config(sack), true, first);
+    EXPECT_LT(s.base - first, 250u) << sack;
+    expect_spurious(s);
+    Episode r = run_episode(sack, 64 * 1024, drop_initial_window, {}, frto_config(sack), true, first);
+    EXPECT_LT(r.base - first, 250u) << sack;
+    expect_real(r, sack);
+    Episode f = run_episode(sack, 64 * 1024, delay_acks, [](Link&, int from, const TcpSegment&, uint32_t off) {
+      return !(from == 1 && off > 2 * kMss && off <= kInitialWindow);
+    }, frto_config(sack), true, first);
+    EXPECT_LT(f.base - first, 250u) << sack;
+    EXPECT_TRUE(f.exact) << sack;
+    EXPECT_EQ(f.sender.frto_spurious_rtos, 1u) << sack;
+    EXPECT_EQ(f.cwnd_at_decision, kInitialWindow) << sack;
+  }
+}
+
 // A timeout inside the recovery of an earlier one (§2/§3 step 1: "recover" ≥ SND.UNA) gets no F-RTO.
 // (a) No progress between them: the first timeout's retransmission is lost too (data segments 1-11 dropped);
 //     the second one's ACK is followed by the go-back (segment 2), not by new data.
@@ -345,6 +407,30 @@ TEST(TcpFrto, RepeatedTimeoutsUseTheConventionalRecovery) {
   }
 }
 
+// (e) A repeated timeout with SACK: the initial window is lost, F-RTO runs for the first timeout and finds
+// it real (step 3a: go-back 1460, 2920, 4380 with cwnd 3·SMSS, then 5840); segment 2 (1460) is lost every
+// time it is sent until the timer fires again inside the first timeout's recovery (SND.UNA 1460 <
+// "recover" 17520): no F-RTO for it (§3 step 1). Its retransmission of 1460 is acknowledged up to 7300
+// (2920-7300 arrived), below "recover": the go-back goes on at 7300 where F-RTO would have sent new data
+// (17520; checked by dropping the step-1 condition); no timeout is found spurious.
+TEST(TcpFrto, RepeatedTimeoutWithSackUsesTheConventionalRecovery) {
+  Episode e = run_episode(true, 64 * 1024, drop_initial_window, [](Link& link, int from, const TcpSegment& seg,
+                                                                   uint32_t off) {
+    return !(from == 0 && !seg.payload.empty() && off == kMss && link.tcp(0).stats().rto_expired == 1);
+  });
+  EXPECT_TRUE(e.exact);
+  EXPECT_EQ(e.sender.rto_expired, 2u);
+  EXPECT_EQ(e.sender.spurious_rtos, 0u);
+  EXPECT_EQ(e.sender.frto_spurious_rtos, 0u);
+  EXPECT_EQ(e.cwnd_at_decision, 3 * kMss);  // the first timeout: step 3a
+  std::vector<uint32_t> second;  // data segments sent after the second timeout fired
+  for (size_t i = 0; i < e.after_rto.size(); ++i) {
+    if (e.rtos_at[i] == 2) second.push_back(e.after_rto[i]);
+  }
+  ASSERT_GE(second.size(), 2u);
+  EXPECT_EQ(std::vector<uint32_t>(second.begin(), second.begin() + 2), (std::vector<uint32_t>{kMss, 5 * kMss}));
+}
+
 // A zero window when the first ACK comes: no new segment may go (step 2b), conventional recovery.
 TEST(TcpFrto, ZeroWindowFallsBackToTheGoBack) {
   Episode e = run_episode(true, 64 * 1024, [](Link& link) {
@@ -356,6 +442,17 @@ TEST(TcpFrto, ZeroWindowFallsBackToTheGoBack) {
   });
   // The second late ACK (5840, window open again) resumes the go-back there, not new data (14600).
   expect_kept(e, 1, {0, 4 * kMss}, true);
+}
+
+// CUBIC's state (RFC 9438 §4.9.2's undo set) is the same in both.
+void expect_same_cubic(const Cubic& after, const Cubic& before) {
+  EXPECT_EQ(after.w_max(), before.w_max());
+  EXPECT_EQ(after.k_us(), before.k_us());
+  EXPECT_EQ(after.epoch_start_us(), before.epoch_start_us());
+  EXPECT_EQ(after.in_epoch(), before.in_epoch());
+  EXPECT_EQ(after.w_est(), before.w_est());
+  EXPECT_EQ(after.cwnd_prior(), before.cwnd_prior());
+  EXPECT_EQ(after.ssthresh(), before.ssthresh());
 }
 
 // Review finding 3: the undo of a spurious timeout is RFC 4015 §2's response, not Linux's full restore.
@@ -399,14 +496,7 @@ TEST(TcpFrtoUndo, Rfc4015ResponseRestoresSsthreshAndCubicButSlowStartsCwnd) {
     EXPECT_EQ(cc.cwnd(), 6 * kMss);               // FlightSize + min(bytes_acked, IW), not `cwnd`
     EXPECT_EQ(cc.ssthresh(), std::max(cwnd, ssthresh));  // pipe_prev: the flight at the timeout
     EXPECT_TRUE(cc.may_enter_sack_recovery(SeqNum{150'000}));  // RecoveryPoint dropped
-    const Cubic& after = cc.cubic();
-    EXPECT_EQ(after.w_max(), before.w_max());
-    EXPECT_EQ(after.k_us(), before.k_us());
-    EXPECT_EQ(after.epoch_start_us(), before.epoch_start_us());
-    EXPECT_EQ(after.in_epoch(), before.in_epoch());
-    EXPECT_EQ(after.w_est(), before.w_est());
-    EXPECT_EQ(after.cwnd_prior(), before.cwnd_prior());
-    EXPECT_EQ(after.ssthresh(), before.ssthresh());
+    expect_same_cubic(cc.cubic(), before);
     cc.on_ack(SeqNum{0}, kMss, 5 * kMss, true, now_us + 1000, 10'000);
     EXPECT_EQ(cc.cwnd(), 7 * kMss);  // slow start back towards ssthresh
     // A stretch ACK of more than IW adds IW at most.
@@ -415,6 +505,29 @@ TEST(TcpFrtoUndo, Rfc4015ResponseRestoresSsthreshAndCubicButSlowStartsCwnd) {
     EXPECT_EQ(cc.cwnd(), kInitialWindow);
     EXPECT_EQ(cc.ssthresh(), std::max(cwnd, ssthresh));  // max(7 segments in flight, the restored ssthresh)
   }
+}
+
+// (h) Through the TCB: a congestion event first (data segment 3 lost: SACK recovery, W_max = the cwnd then),
+// congestion avoidance (a CUBIC epoch), then from side 1's 60th segment on every ACK 45 ms late: the
+// timeout is spurious and F-RTO's undo brings CUBIC's W_max, K, epoch start, W_est and cwnd_prior back as
+// they were before it; ssthresh = max(the flight then, ssthresh before) (RFC 4015 pipe_prev).
+TEST(TcpFrto, UndoRestoresCubicAfterAnEarlierCongestionEvent) {
+  Episode e = run_episode(true, 1024 * 1024, [](Link& link) {
+    link.add_fault(Fault{.from = 0, .match = Match::kData, .nth = 3, .count = 1, .action = Action::kDrop});
+    link.add_fault(Fault{.from = 1, .match = Match::kAny, .nth = 60, .count = 1 << 20, .action = Action::kDelay,
+                         .delay_ms = 45});
+  });
+  EXPECT_TRUE(e.exact);
+  EXPECT_GE(e.sender.fast_retransmits + e.sender.retransmits, 2u);
+  ASSERT_TRUE(e.undone);
+  EXPECT_EQ(e.sender.frto_spurious_rtos, 1u);
+  const Cubic& b = e.cubic_before;
+  EXPECT_EQ(b.w_max(), kInitialWindow + kMss);  // the loss was found with cwnd 11 segments (16,060)
+  EXPECT_EQ(e.ssthresh_before_rto, (kInitialWindow + kMss) * 7 / 10);  // 11,242
+  EXPECT_TRUE(b.in_epoch());
+  EXPECT_GT(b.k_us(), 0u);
+  expect_same_cubic(e.cubic_at_undo, b);
+  EXPECT_EQ(e.ssthresh_at_decision, std::max(e.flight_before_rto, e.ssthresh_before_rto));
 }
 
 // Bulk: 256 KiB with every ACK after side 1's 10th segment 45 ms late (RTO floor 30 ms), TLP on (defaults
