@@ -22,9 +22,10 @@
 // Step 3, the next ACK. "Originals" are octets in [frto_rtx_high_, recover): below "recover" and above the
 //   highest octet retransmitted since the timeout (the go-back's, RACK's or SACK recovery's, a probe's:
 //   send_segment → frto_sent), so never retransmitted since it (Linux: not TCPCB_EVER_RETRANS, below
-//   high_seq → FLAG_ORIG_SACK_ACKED; RFC 5682 Appendix B of RFC 4138: "an acknowledgment for a
-//   non-retransmitted segment"). An ACK "newly acknowledges an original" when the originals acknowledged
-//   cumulatively or by SACK grew with it (frto_originals; a cumulative ACK of octets SACKed before adds none).
+//   high_seq → FLAG_ORIG_SACK_ACKED; RFC 4138 Appendix B, the SACK variant RFC 5682 §3 took over, asks for
+//   the ACK of a segment below RecoveryPoint that was not retransmitted). An ACK "newly acknowledges an
+//   original" when the originals acknowledged cumulatively or by SACK grew with it (frto_originals; a
+//   cumulative ACK of octets SACKed before adds none).
 //   - spurious (3b): the ACK newly acknowledges an original, unless (SACK) a block reaches above "recover"
 //     while SND.UNA is still below it (the new segments arrived, something older is missing: real, as the
 //     RFC). A cumulative ACK at or past "recover" with an original among its newly acknowledged octets is

@@ -52,6 +52,8 @@ struct Episode {
   uint32_t flight_before_rto = 0;        // SND.NXT - SND.UNA when the timer fired
   Cubic cubic_before, cubic_at_undo;     // CUBIC's state before the timeout, and when F-RTO undid it
   bool undone = false;
+  // when the first data segment after an undo went out
+  uint32_t cwnd_at_undo = 0, flight_at_undo = 0, ssthresh_at_undo = 0;
   TcpStats sender;
   double exported_spurious = -1, exported_frto = -1;  // the sender's stats section (append_tcp_metrics)
 };
@@ -83,7 +85,8 @@ void aim_isn(Link& link, uint16_t port, uint32_t first_byte) {
 template <typename Script>
 Episode run_episode(bool sack, size_t bytes, Script script, Filter filter = {}, TcpConfig conf = TcpConfig{},
                     bool own_conf = false, std::optional<uint32_t> first_byte = std::nullopt) {
-  Link link(own_conf ? conf : frto_config(sack));
+  if (!own_conf) conf = frto_config(sack);
+  Link link(conf);
   Sink sink;
   Source source;
   net::Stream* c = nullptr;
@@ -101,9 +104,9 @@ Episode run_episode(bool sack, size_t bytes, Script script, Filter filter = {}, 
   Episode e;
   if (c == nullptr) return e;
   Tcb& t = tcb(c);
-  EXPECT_FALSE(t.timestamps());
+  EXPECT_EQ(t.timestamps(), conf.timestamps);
   EXPECT_EQ(t.sack_permitted(), sack);
-  EXPECT_EQ(t.mss(), kMss);
+  EXPECT_EQ(t.mss(), conf.timestamps ? kMss - 12 : kMss);  // the timestamp option takes 12 bytes
   SeqNum base = t.snd_nxt();
   e.base = base.v;
   script(link);
@@ -114,9 +117,12 @@ Episode run_episode(bool sack, size_t bytes, Script script, Filter filter = {}, 
     const TcpStats& s = link.tcp(0).stats();
     if (s.rto_expired == 0) return true;
     uint32_t off = seg.header.seq - base;
-    if (s.frto_spurious_rtos > 0 && !e.undone) {
+    if (s.spurious_rtos > 0 && !e.undone) {
       e.undone = true;
       e.cubic_at_undo = t.cc().cubic();
+      e.cwnd_at_undo = t.cwnd();
+      e.flight_at_undo = t.snd_nxt() - t.snd_una();
+      e.ssthresh_at_undo = t.cc().ssthresh();
     }
     if (e.after_rto.empty()) {
       e.cwnd_after_rto = t.cwnd();
@@ -528,6 +534,34 @@ TEST(TcpFrto, UndoRestoresCubicAfterAnEarlierCongestionEvent) {
   EXPECT_GT(b.k_us(), 0u);
   expect_same_cubic(e.cubic_at_undo, b);
   EXPECT_EQ(e.ssthresh_at_decision, std::max(e.flight_before_rto, e.ssthresh_before_rto));
+}
+
+// Review finding 3 through the timestamp path (RFC 3522 detection, the same undo): slow start grows cwnd
+// far past IW, then side 1's ACKs are 45 ms late from its 20th segment on and the first 15 of those are
+// lost, so the first ACK after the timeout (27 segments in flight, cwnd 27 segments) is a stretch ACK of 24.
+// The undo gives cwnd = FlightSize 3 + min(24, IW 10) + the same ACK's slow-start SMSS = 14 segments: 11 may
+// leave at once, where Linux's undo (cwnd 27 back) would send 24 back to back; ssthresh stays UINT32_MAX
+// (no loss before), so slow start climbs on.
+TEST(TcpFrtoUndo, EifelStretchAckUndoesWithoutABurst) {
+  TcpConfig c = frto_config(true);
+  c.timestamps = true;
+  const uint32_t mss = kMss - 12, iw = 10 * mss;
+  Episode e = run_episode(true, 1024 * 1024, [](Link& link) {
+    link.add_fault(Fault{.from = 1, .match = Match::kAny, .nth = 20, .count = 15, .action = Action::kDrop});
+    link.add_fault(Fault{.from = 1, .match = Match::kAny, .nth = 35, .count = 1 << 20, .action = Action::kDelay,
+                         .delay_ms = 45});
+  }, {}, c, true);
+  EXPECT_TRUE(e.exact);
+  EXPECT_EQ(e.sender.rto_expired, 1u);
+  EXPECT_EQ(e.sender.spurious_rtos, 1u);
+  EXPECT_EQ(e.sender.frto_spurious_rtos, 0u);
+  ASSERT_TRUE(e.undone);
+  EXPECT_EQ(e.cwnd_before_rto, 27 * mss);
+  EXPECT_EQ(e.flight_before_rto, 27 * mss);
+  EXPECT_EQ(e.ssthresh_before_rto, UINT32_MAX);
+  EXPECT_EQ(e.flight_at_undo, 3 * mss);
+  EXPECT_EQ(e.cwnd_at_undo, e.flight_at_undo + iw + mss);  // 20,272
+  EXPECT_EQ(e.ssthresh_at_undo, UINT32_MAX);
 }
 
 // Bulk: 256 KiB with every ACK after side 1's 10th segment 45 ms late (RTO floor 30 ms), TLP on (defaults
