@@ -140,10 +140,13 @@ class ImpairedLink:
     """The chain above for kosoku's `tap` (now in `client_ns` with `peer_cidr`, e.g. "10.99.7.1/24").
     attach() builds it, apply(profile) / clear() switch impairments, detach() puts the tap back as it was.
     backend: "netem" or "nft+relay" (default: netem when the kernel has it). `prefix` replaces "kimp" in the
-    namespace and interface names (keep prefix + k within 13 characters: interface names have 15 at most)."""
+    namespace and interface names (keep prefix + k within 13 characters: interface names have 15 at most).
+    relay_nice: the relay's nice value (None: inherited). The relay stands for the wire: a benchmark whose
+    server busy-polls at a raised priority sets it above the server's, or the link slows with the server's load."""
 
     def __init__(self, tap: str, client_ns: str, peer_cidr: str, k: int, workdir: Path, backend: str = "",
-                 prefix: str = "kimp"):
+                 prefix: str = "kimp", relay_nice: int | None = None):
+        self.relay_nice = relay_nice
         self.tap, self.client_ns, self.peer_cidr, self.k = tap, client_ns, peer_cidr, k
         self.mid_ns, self.relay_ns = f"{prefix}-m{k}", f"{prefix}-r{k}"
         self.a, self.b, self.c, self.client_if = (f"{prefix}-{x}{k}" for x in "abcd")
@@ -194,8 +197,9 @@ class ImpairedLink:
             return
         ready = self.workdir / "relay.ready"
         ready.unlink(missing_ok=True)
+        nice = ["nice", "-n", str(self.relay_nice)] if self.relay_nice is not None else []
         self.relay_proc = subprocess.Popen(
-            ["ip", "netns", "exec", self.relay_ns, sys.executable, str(HERE), "relay", self.b, self.c,
+            ["ip", "netns", "exec", self.relay_ns, *nice, sys.executable, str(HERE), "relay", self.b, self.c,
              str(p.delay_ms), str(p.jitter_ms), str(p.reorder), str(self.workdir / "relay.json"), str(ready)],
             stdout=subprocess.DEVNULL, stderr=open(self.workdir / "relay.log", "w"))
         deadline = time.monotonic() + 10
