@@ -202,7 +202,8 @@ def test_small_sndbuf_large_download_is_byte_exact(rig):
     # The send buffer holds everything unacknowledged: nothing beyond it can be in flight (the response head,
     # committed before the body, may overshoot by its own size).
     assert small <= 32 * 1024 + 1024, small
-    # The default path is not bounded that tightly. (The flight seen in the pcap depends on how the client's
-    # kernel, running inside net_tap's writev, interleaves its ACKs: 411–485 KB in most runs, 46 KB in one CI
-    # run at the same speed; the bound the test is about is the 32 KiB one above.)
-    assert default > 32 * 1024 + 1024, default
+    # ...and it was reached, so the bound above was tested, not just never approached. (The default path's flight
+    # is printed only: it depends on how the client's kernel, running inside net_tap's writev, interleaves its
+    # ACKs — 355–890 KB in most runs, but 14,480 bytes (the initial window) in one CI run where every segment
+    # was ACKed within its own writev; the small path reached 32,768 in that run too.)
+    assert small >= 24 * 1024, small
