@@ -393,6 +393,18 @@ def fetch(side: Side, name: str, size: int, digest: str, verify: str, max_s: flo
     }
 
 
+def start_capture(side: Side, out_dir: str, stem: str) -> subprocess.Popen:
+    """tcpdump (headers only, 96 bytes a frame) on the first hop's server-side end (the tap kosoku writes, or the
+    Linux server veth's peer) in the link's middle namespace: what the sender put on the wire and the ACKs it got,
+    with the kernel's timestamps. Writes <out_dir>/<stem>.pcap; stopped with SIGINT after the download."""
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    proc = subprocess.Popen(["ip", "netns", "exec", side.link.mid_ns, "tcpdump", "-q", "-i", side.link.tap, "-s", "96",
+                             "-U", "-w", f"{out_dir}/{stem}.pcap", "tcp"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(0.5)  # tcpdump has opened its socket
+    return proc
+
+
 def pick_mib(rate_mb_s: float, target_s: float, max_mib: int) -> int:
     """The power of two MiB nearest to rate x target_s, within 1 .. max_mib."""
     want = rate_mb_s * 1e6 * target_s / (1 << 20)
@@ -431,7 +443,10 @@ def run_profile(profile: impair.Profile, sides: list[Side], files: Files, args) 
         for rnd in range(args.runs):
             for s in (sides if rnd % 2 == 0 else sides[::-1]):
                 mib = res["sides"][s.label]["mib"]
+                cap = start_capture(s, args.capture, f"{profile.name}-{s.label}-r{rnd}") if args.capture else None
                 r = fetch(s, *files.get(mib), args.verify, args.max_seconds)
+                if cap is not None:
+                    impair.stop_process(cap, signal.SIGINT, 10)
                 r["round"] = rnd
                 res["sides"][s.label]["runs"].append(r)
                 print(f"  round {rnd} {s.label}: {r['mb_s']} MB/s {r['time_total_s']} s ok={r['ok']} "
@@ -647,6 +662,8 @@ def main() -> int:
     ap.add_argument("--work", default="/tmp/gpi-goodput-impaired")
     ap.add_argument("--tag", default="goodput-impaired")
     ap.add_argument("--out", default=str(ROOT / "bench/results"))
+    ap.add_argument("--capture", default="", help="directory: pcap (headers) of each timed download's first hop, "
+                    "<profile>-<side>-r<round>.pcap (perturbs the timing a little: analysis, not results)")
     ap.add_argument("--no-save", action="store_true")
     ap.add_argument("--render", help="rewrite the .md of this results .json and exit")
     ap.add_argument("--cleanup", action="store_true", help="delete leftover namespaces of --name and exit")
