@@ -20,6 +20,15 @@ uint32_t SackScoreboard::sacked_bytes() const {
   return n;
 }
 
+uint32_t SackScoreboard::sacked_in(SeqNum lo, SeqNum hi) const {
+  uint32_t n = 0;
+  for (auto it = range_at_or_above(ranges_.begin(), ranges_.end(), lo); it != ranges_.end() && it->left < hi; ++it) {
+    SeqNum a = std::max(it->left, lo), b = std::min(it->right, hi);
+    if (a < b) n += static_cast<uint32_t>(b - a);
+  }
+  return n;
+}
+
 uint32_t SackScoreboard::update(SeqNum snd_una, SeqNum snd_max, std::span<const SackBlock> blocks) {
   if (blocks.empty()) return 0;
   if (ranges_.capacity() == 0) ranges_.reserve(8);  // before any iterator into it is taken

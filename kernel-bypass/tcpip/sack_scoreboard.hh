@@ -26,6 +26,10 @@ class SackScoreboard {
   size_t heap_bytes() const { return ranges_.capacity() * sizeof(SackBlock); }
   /// Forgets every SACKed bit (RFC 2018 §8 / RFC 6675 §5.1: after an RTO the receiver may have reneged).
   void clear() { ranges_.clear(); }
+  /// Exchanges the ranges (and their storage) with `other`.
+  void swap(SackScoreboard& other) { ranges_.swap(other.ranges_); }
+  /// The SACKed ranges, ascending, disjoint and non-adjacent.
+  std::span<const SackBlock> blocks() const { return ranges_; }
 
   /// Records the SACK blocks of one ACK (RFC 6675 Update()). Blocks outside (snd_una, snd_max], empty or
   /// inverted blocks and blocks reaching below snd_una (D-SACK, RFC 2883) are ignored. Returns the number of
@@ -42,6 +46,8 @@ class SackScoreboard {
   SeqNum highest_sacked() const { return ranges_.back().right; }
   /// Total SACKed octets.
   uint32_t sacked_bytes() const;
+  /// SACKed octets in [lo, hi) (0 when hi ≤ lo).
+  uint32_t sacked_in(SeqNum lo, SeqNum hi) const;
 
   /// RFC 6675 IsLost() for every octet at once: unSACKed octets below the returned sequence number are
   /// lost (DupThresh SACKed segments, or more than (DupThresh - 1) * SMSS SACKed octets, lie above them);

@@ -23,8 +23,9 @@
 // SACK (RFC 2018), when both SYNs carry SACK-permitted: as receiver, every ACK sent while out-of-order data is
 // held carries up to 3 SACK blocks (4 without timestamps), the first covering the most recently received
 // segment, then the most recently reported others (§4). As sender, a SackScoreboard and RFC 6675 loss
-// recovery (tcb_sack.cc) replace NewReno's dupack inflation; the scoreboard is cleared on an RTO and when
-// the peer is seen to renege (RFC 2018 §8). Data stays in the output chain until cumulatively acknowledged.
+// recovery (tcb_sack.cc) replace NewReno's dupack inflation; the scoreboard is cleared on an RTO (F-RTO keeps
+// a copy of it to judge the timeout) and when the peer is seen to renege (RFC 2018 §8). Data stays in the
+// output chain until cumulatively acknowledged.
 //
 // Tail Loss Probe (RFC 8985 §7, tcb_tlp.cc), with SACK only: while data is outstanding and no recovery
 // (fast or RTO) runs, a probe timeout PTO = 2·SRTT (+ the peer's worst-case delayed ACK when one segment is in
@@ -260,10 +261,14 @@ class Tcb final : public net::Stream {
     uint32_t originals_before;
   };
   FrtoAck frto_ack_before(bool advanced, bool dup) const;
-  /// Octets in [rtx_high, recover) acknowledged cumulatively or SACKed: originals (never retransmitted since
-  /// the timeout) that reached the peer. Non-decreasing from ACK to ACK for a fixed rtx_high (a cumulative
-  /// ACK of octets SACKed before adds nothing), so a rise means the ACK newly acknowledged one.
+  /// Octets in [rtx_high, recover) acknowledged cumulatively or SACKed, less those SACKed before the timeout
+  /// (frto_sacked_): originals (never retransmitted since the timeout, not known to have arrived before it)
+  /// that reached the peer. Non-decreasing from ACK to ACK for a fixed rtx_high (a cumulative ACK of octets
+  /// SACKed before adds nothing, nor does a block re-reported after the timeout), so a rise means the ACK
+  /// newly acknowledged one.
   uint32_t frto_originals(SeqNum rtx_high) const;
+  /// Octets in [lo, hi) acknowledged cumulatively (below SND.UNA) or SACKed (the scoreboard); 0 if hi ≤ lo.
+  uint32_t frto_acked(SeqNum lo, SeqNum hi) const;
   /// A segment [seq, seq + len) went out: during an RTO recovery a retransmission raises frto_rtx_high_.
   void frto_sent(SeqNum seq, size_t len) {
     if (!rto_recovery_ || len == 0 || !(seq < snd_max_)) return;
@@ -485,6 +490,9 @@ class Tcb final : public net::Stream {
   bool rto_recovery_ = false;
   SeqNum frto_recover_, frto_rtx_end_;
   SeqNum frto_rtx_high_;  // the highest octet retransmitted since the last timeout + 1 (its go-back included)
+  // The scoreboard's ranges when the timeout fired (sack_on_timeout moves them here before clearing it),
+  // kept while F-RTO runs: octets the peer had SACKed before the timeout are no evidence in step 3.
+  SackScoreboard frto_sacked_;
   // Receiver D-SACK (RFC 2883 §4): a duplicate range below RCV.NXT, reported first in the next ACK only.
   bool dsack_pending_ = false;
   SackBlock dsack_;

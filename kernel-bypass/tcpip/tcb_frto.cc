@@ -42,9 +42,14 @@
 //     min(bytes_acked, IW), CUBIC's state as before the timeout, RACK's lost marks withdrawn, SND.NXT =
 //     SND.MAX), "recover" = SND.UNA, the tail loss probe re-armed (this ACK's tlp_arm ran while the timeout's
 //     recovery still forbade it); counted in TcpStats::spurious_rtos and frto_spurious_rtos.
-// The scoreboard is cleared at the timeout (tcb_sack.cc), so in step 3 "SACKed for the first time" means
-// since step 2's ACKs, which re-report up to 3-4 ranges: a range the peer reported before the timeout and
-// again only in step 3 would look new.
+// The scoreboard is cleared at the timeout for the go-back (RFC 2018 §8 / RFC 6675 §5.1, tcb_sack.cc), so a
+// range the peer SACKed before it and re-reports only in step 3 (a SACK option carries 3-4 blocks: with more
+// holes the older ranges come back now and then, e.g. after a D-SACK) would look newly SACKed.
+// sack_on_timeout therefore moves the ranges into frto_sacked_ before clearing, and frto_originals leaves
+// those octets out (Linux keeps its SACKed marks across the timeout unless the peer reneged, and
+// FLAG_ORIG_SACK_ACKED counts only octets newly SACKed or acknowledged): an octet known to have arrived before
+// the timeout says nothing about it. A peer that reneged on such a range can return it only through a
+// retransmission, which frto_rtx_high_ already excludes. The copy is freed when F-RTO decides or does not run.
 #include <algorithm>
 
 #include "kernel-bypass/tcpip/tcb.hh"
@@ -53,12 +58,16 @@
 namespace kosoku::tcpip {
 
 void Tcb::frto_on_timeout(bool fresh, bool fast_recovery) {
-  if (!stack_.conf_.frto || ts_ok_) return;  // off, or Eifel's (RFC 3522) connection
+  if (!stack_.conf_.frto || ts_ok_) {  // off, or Eifel's (RFC 3522) connection
+    frto_sacked_ = SackScoreboard{};
+    return;
+  }
   bool repeated = rto_recovery_ && snd_una_ < frto_recover_;  // §2/§3 step 1: already in RTO recovery
   frto_recover_ = snd_max_;
   rto_recovery_ = true;
   bool retransmitted = snd_nxt_ > snd_una_;
   frto_ = fresh && !fast_recovery && !repeated && retransmitted ? Frto::kStep2 : Frto::kOff;
+  if (frto_ == Frto::kOff) frto_sacked_ = SackScoreboard{};  // sack_on_timeout's copy: not needed
   frto_rtx_end_ = snd_nxt_;
   frto_rtx_high_ = retransmitted ? snd_nxt_ : snd_una_;  // the go-back's segment; later ones in frto_sent
 }
@@ -69,8 +78,7 @@ Tcb::FrtoAck Tcb::frto_ack_before(bool advanced, bool dup) const {
   return a;
 }
 
-uint32_t Tcb::frto_originals(SeqNum rtx_high) const {
-  SeqNum lo = rtx_high, hi = frto_recover_;
+uint32_t Tcb::frto_acked(SeqNum lo, SeqNum hi) const {
   if (!(lo < hi)) return 0;
   uint32_t n = 0;
   if (lo < snd_una_) {  // acknowledged cumulatively
@@ -78,17 +86,15 @@ uint32_t Tcb::frto_originals(SeqNum rtx_high) const {
     n = top - lo;
     lo = top;
   }
-  while (sack_ok_ && lo < hi) {  // SACKed above SND.UNA
-    if (sb_.sacked(lo)) {
-      SeqNum end = std::min(sb_.sacked_end(lo), hi);
-      n += end - lo;
-      lo = end;
-      continue;
-    }
-    SackBlock hole;
-    if (!sb_.first_hole(lo, hi, &hole)) break;  // nothing SACKed above lo
-    lo = hole.right;
-  }
+  return sack_ok_ ? n + sb_.sacked_in(lo, hi) : n;  // SACKed above SND.UNA
+}
+
+uint32_t Tcb::frto_originals(SeqNum rtx_high) const {
+  SeqNum lo = rtx_high, hi = frto_recover_;
+  uint32_t n = frto_acked(lo, hi);
+  // Less what the peer had SACKed before the timeout: acknowledged again now, cumulatively or in a block
+  // re-reported after the scoreboard was cleared, it was no news (the ranges are disjoint: no underflow).
+  for (const SackBlock& r : frto_sacked_.blocks()) n -= frto_acked(std::max(r.left, lo), std::min(r.right, hi));
   return n;
 }
 
@@ -97,13 +103,12 @@ void Tcb::frto_on_ack(const TcpSegment& seg, const FrtoAck& a) {
   if (frto_ == Frto::kStep2) {
     if (!a.advanced) {
       if (a.dup && !sack_ok_) frto_ = Frto::kOff;  // §2 step 2a; §3 step 2 waits
-      return;
-    }
-    if (!(snd_una_ < frto_recover_) || snd_una_ < frto_rtx_end_) {  // step 2a
+    } else if (!(snd_una_ < frto_recover_) || snd_una_ < frto_rtx_end_) {  // step 2a
       frto_ = Frto::kOff;
-      return;
+    } else {
+      frto_ = frto_send_new() ? Frto::kStep3 : Frto::kOff;  // step 2b
     }
-    frto_ = frto_send_new() ? Frto::kStep3 : Frto::kOff;  // step 2b
+    if (frto_ == Frto::kOff) frto_sacked_ = SackScoreboard{};
     return;
   }
   if (frto_ != Frto::kStep3) return;
@@ -117,6 +122,7 @@ void Tcb::frto_on_ack(const TcpSegment& seg, const FrtoAck& a) {
   bool real = !spurious && (older_missing || a.dup || !below);
   if (!spurious && !real) return;  // no original newly acknowledged, no duplicate: wait for the next ACK
   frto_ = Frto::kOff;
+  frto_sacked_ = SackScoreboard{};
   if (spurious) {  // step 3b
     frto_recover_ = snd_una_;
     rto_recovery_ = false;

@@ -93,6 +93,7 @@ void Tcb::free_buffers() {
   ooo_bytes_ = 0;
   std::vector<char>().swap(scratch_);
   sb_ = SackScoreboard{};
+  frto_sacked_ = SackScoreboard{};
   rack_.release();
   update_memory();
 }
@@ -132,7 +133,8 @@ void Tcb::on_keepalive_timer() {
 }
 
 size_t Tcb::memory_bytes() const {
-  return sizeof(Tcb) + buffer_bytes() + ooo_bytes_ + ooo_.capacity() * sizeof(OooSegment) + sb_.heap_bytes();
+  return sizeof(Tcb) + buffer_bytes() + ooo_bytes_ + ooo_.capacity() * sizeof(OooSegment) + sb_.heap_bytes() +
+         frto_sacked_.heap_bytes();
 }
 
 void Tcb::update_memory() {

@@ -12,9 +12,9 @@
 //      cwnd - pipe ≥ SMSS), send NextSeg(): rule 1 the first lost hole above HighRxt,
 //      rule 2 new data, rule 3 any hole below the highest SACK, rule 4 one rescue retransmission of the
 //      highest unSACKed segment. A cumulative ACK at RecoveryPoint ends recovery.
-// An RTO ends recovery, clears the scoreboard (RFC 2018 §8) and sets RecoveryPoint = HighData; no new
-// recovery starts before SND.UNA reaches it (§5.1). Blocks that arrive after the RTO are used again: the
-// go-back retransmission skips octets SACKed since (send_next).
+// An RTO ends recovery, clears the scoreboard (RFC 2018 §8; F-RTO keeps the old ranges, tcb_frto.cc) and
+// sets RecoveryPoint = HighData; no new recovery starts before SND.UNA reaches it (§5.1). Blocks that arrive
+// after the RTO are used again: the go-back retransmission skips octets SACKed since (send_next).
 #include <algorithm>
 
 #include "kernel-bypass/tcpip/tcb.hh"
@@ -304,6 +304,7 @@ void Tcb::dsack_undo(const SackBlock& d) {
 
 void Tcb::sack_on_timeout() {
   undo_retrans_ = -1;  // D-SACKs undo no RTO; timestamps may (RFC 3522, Tcb::undo_spurious_rto)
+  frto_sacked_.swap(sb_);  // F-RTO (tcb_frto.cc) judges the timeout against what was SACKed before it
   sb_.clear();  // RFC 2018 §8 / RFC 6675 §5.1
   rack_.on_rto(true);  // RFC 8985 §6.3: everything outstanding is lost; the go-back resends it
   high_rxt_ = snd_una_;
