@@ -113,6 +113,8 @@ class Tcb final : public net::Stream {
   SeqNum rcv_nxt() const { return rcv_nxt_; }
   uint32_t snd_wnd() const { return snd_wnd_; }
   uint32_t cwnd() const { return cc_.cwnd(); }
+  /// RFC 6675 fast recovery runs (entered on a loss RACK or DupThresh found, until SND.UNA passes RecoveryPoint).
+  bool in_fast_recovery() const { return cc_.in_recovery(); }
   uint64_t rto_ms() const { return rto_ms_; }
   /// RFC 6298 SRTT, µs (1 ms before the first sample): RACK's reo_wnd cap and the TLP's PTO use it.
   uint64_t srtt_us() const { return have_rtt_ ? std::max<uint64_t>(srtt_us_, 1) : 1000; }

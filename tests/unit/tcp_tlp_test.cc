@@ -153,31 +153,32 @@ Transfer random_loss(bool tlp, double p, uint32_t seed, size_t size) {
 }
 
 TEST(TcpTlp, RandomLossCompletesFasterWithProbes) {
-  // 512 KiB both ways lossy at 5 %, seeds fixed: the probe replaces most tail-loss RTOs. RFC 6675's DupThresh
-  // loss marking (RACK off), as when this was measured; TcpRack.RandomLoss* compares RACK.
-  uint64_t with_ms = 0, without_ms = 0, with_rto = 0, without_rto = 0;
-  for (uint32_t seed : {42u, 7u, 1234u}) {
+  // 512 KiB both ways lossy at 5 %, 30 fixed seeds: the probe replaces some tail-loss RTOs. RFC 6675's DupThresh
+  // loss marking (RACK off), as when this was measured; TcpRack.RandomLoss* compares RACK. Seeds differ a lot
+  // (a probe can also go into a window that then loses more), so the sums are what is asserted.
+  uint64_t with_ms = 0, without_ms = 0, with_rto = 0, without_rto = 0, probes = 0;
+  for (uint32_t seed = 1; seed <= 30; ++seed) {
     Transfer with = random_loss(true, 0.05, seed, 512 * 1024);
     Transfer without = random_loss(false, 0.05, seed, 512 * 1024);
-    std::printf("seed %u: TLP %llu ms (%llu RTOs, %llu probes); no TLP %llu ms (%llu RTOs)\n", seed,
-                (unsigned long long)with.ms, (unsigned long long)with.rto, (unsigned long long)with.probes,
-                (unsigned long long)without.ms, (unsigned long long)without.rto);
-    ASSERT_TRUE(with.done && without.done);
-    EXPECT_TRUE(with.exact);
-    EXPECT_TRUE(without.exact);
-    EXPECT_GE(with.probes, 1u);
+    ASSERT_TRUE(with.done && without.done) << seed;
+    EXPECT_TRUE(with.exact) << seed;
+    EXPECT_TRUE(without.exact) << seed;
     with_ms += with.ms;
     without_ms += without.ms;
     with_rto += with.rto;
     without_rto += without.rto;
+    probes += with.probes;
   }
-  EXPECT_LT(with_rto, without_rto);
+  std::printf("30 seeds: TLP %llu ms (%llu RTOs, %llu probes); no TLP %llu ms (%llu RTOs)\n",
+              (unsigned long long)with_ms, (unsigned long long)with_rto, (unsigned long long)probes,
+              (unsigned long long)without_ms, (unsigned long long)without_rto);
+  // Measured over 7 runs (ISNs and timestamp clocks are random per run, RFC 6528, so the figures move a little):
+  // 15,120-16,259 ms, 26-32 RTOs, 9-12 probes with the probe; 16,554-17,854 ms, 31-34 RTOs without — the
+  // probe saves 2-6 RTOs and 0.8-2.0 s. (Seeds 42, 7 and 1234 alone gave 1,889 vs 2,289 ms before new data
+  // went out by pipe ahead of recovery (tcb.cc output()); since then 1,006 vs 1,459 ms, RTO counts equal.)
+  EXPECT_GE(probes, 5u);
+  EXPECT_LE(with_rto, without_rto);
   EXPECT_LT(with_ms, without_ms);
-  // Measured: 297 + 395 + 1197 = 1889 ms with the probe (two new segments when there are two; one segment:
-  // 303 + 986 + 407 = 1696), 491 + 581 + 1217 = 2289 ms without (seed 1234's remaining RTOs are lost
-  // retransmissions, which TLP does not address).
-  EXPECT_LE(with_ms, 1950u);
-  EXPECT_GE(without_ms, 2200u);
 }
 
 }  // namespace
