@@ -718,11 +718,13 @@ void Tcb::output() {
     if (rack_on() && rack_.any_lost() && snd_nxt_ < snd_max_) rack_retransmit_lost();  // lost in the go-back
     uint32_t peer = std::min(snd_wnd_, stack_.conf_.send_window_bytes);
     uint32_t wnd = std::min(peer, cc_.cwnd());
-    if (sack_ok_ && !sb_.empty() && snd_nxt_ == snd_max_ && frto_ == Frto::kOff && !rto_recovery_) {
+    if (sack_ok_ && !sb_.empty() && snd_nxt_ == snd_max_ && frto_ == Frto::kOff && !rto_recovery_ &&
+        cc_.may_enter_sack_recovery(snd_una_) && !(rack_on() && rack_.any_lost())) {
       // SACKed octets have left the network: before recovery starts (a hole RACK's reo_wnd still waits on,
       // or fewer than DupThresh duplicates) new data is clocked by cwnd - pipe, not cwnd - FlightSize (RFC 6675
-      // §5 step 2; Linux's tcp_packets_in_flight in every state), so the ACK clock runs on while a reordered
-      // segment is late. The peer's window still counts from SND.UNA.
+      // §5 step 2; Linux's tcp_packets_in_flight), so the ACK clock runs on while a reordered segment is late.
+      // Not while a timeout's recovery runs or a loss is marked (that goes first). The peer's window still
+      // counts from SND.UNA.
       uint32_t flight = snd_max_ - snd_una_, pipe = sack_pipe();
       if (flight > pipe) wnd = std::min<uint64_t>(peer, static_cast<uint64_t>(cc_.cwnd()) + (flight - pipe));
     }
