@@ -8,7 +8,9 @@
 // taken yet (waiting bytes, plus any committed overshoot of the limit); on_writable fires when an ACK lets it
 // drop to the low-water mark.
 // Each segment copies its payload from the send buffer into the frame buffer (found through a cursor, no
-// per-segment allocation). In flight ≤ min(cwnd, peer window, send_window_bytes).
+// per-segment allocation). In flight ≤ min(cwnd, peer window, send_window_bytes), where with SACK the octets
+// the peer SACKed do not count against cwnd (the pipe, RFC 6675: in recovery, and before it while no loss is
+// marked — a late reordered segment does not stop the ACK clock; Tcb::output()).
 // Receive side: in-order bytes in a contiguous input buffer (Stream::input), out-of-order segments in a
 // sorted list; both together never exceed the receive buffer (TcpConfig::recv_buffer_bytes, or the listener's
 // rcvbuf=; recv_buffer_limit()), which is what the advertised window says.
