@@ -127,8 +127,8 @@ class CongestionControl {
   bool may_enter_sack_recovery(SeqNum snd_una) const { return !recovery_ && (!have_recover_ || snd_una >= recover_); }
   /// Counts one RFC 6675 duplicate ACK (an ACK that newly SACKs octets); returns DupAcks.
   unsigned count_dupack() { return ++dupacks_; }
-  /// RFC 6675 §5 steps (4.1)/(4.2): RecoveryPoint = HighData (snd_max), ssthresh reduced (Reno: max(FlightSize/2,
-  /// 2·SMSS), RFC 5681 eq. 4; CUBIC: max(cwnd·0.7, 2·SMSS)). Without PRR cwnd = ssthresh at once; with PRR cwnd
+  /// RFC 6675 §5 steps (4.1)/(4.2): RecoveryPoint = HighData (snd_max), ssthresh reduced (Reno: max(min(FlightSize,
+  /// cwnd)/2, 2·SMSS), RFC 5681 eq. 4 and §3.2 step 2; CUBIC: max(cwnd·0.7, 2·SMSS)). Without PRR cwnd = ssthresh at once; with PRR cwnd
   /// is left as it was and RecoverFS = flight (RFC 6937 §3): prr_ack() takes over.
   void enter_sack_recovery(uint32_t flight, SeqNum snd_max) {
     prior_cwnd_ = cwnd_;
@@ -247,10 +247,12 @@ class CongestionControl {
  private:
   /// RFC 6928 initial window: min(10·SMSS, max(2·SMSS, 14600)) bytes.
   uint32_t initial_window() const { return std::min(10 * smss_, std::max(2 * smss_, 14600u)); }
-  /// ssthresh after a congestion event (fast retransmit / SACK recovery entry).
+  /// ssthresh after a congestion event (fast retransmit / SACK recovery entry). Reno's FlightSize leaves out
+  /// what was sent beyond cwnd before the event (RFC 5681 §3.2 step 2: limited transmit's segments; with SACK
+  /// also the cwnd - pipe data sent while a hole was late, Tcb::output), else a recovery could raise the window.
   uint32_t reduced_ssthresh(uint32_t flight) {
     if (algorithm_ == CongestionAlgorithm::kCubic) return cubic_.on_congestion_event(cwnd_);
-    return std::max(flight / 2, 2 * smss_);
+    return std::max(std::min(flight, cwnd_) / 2, 2 * smss_);
   }
 
   CongestionAlgorithm algorithm_ = CongestionAlgorithm::kCubic;

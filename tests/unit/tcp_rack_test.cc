@@ -384,12 +384,14 @@ TEST(TcpRack, ReorderedSegmentsCauseFewerSpuriousRetransmissions) {
   EXPECT_GE(without.undos + 1, without.recoveries);
   EXPECT_GE(without.undos, 1u);
   EXPECT_EQ(with.undos, with.recoveries);
-  // Held 2 ms, a recovery ends with the ACK for a late original (its TSval older than the retransmission's):
+  // Held 3 ms, a recovery ends with the ACK for a late original (its TSval older than the retransmission's):
   // Eifel detection undoes it there, before the D-SACK of the retransmission arrives. (Held 1 ms this was the
   // first recovery until new data went out by pipe ahead of recovery (tcb.cc output()); since then the data
-  // sent past the hole puts RecoveryPoint beyond what the late original's ACK covers, and the D-SACK undoes.)
-  Outcome held2 = run(true, 2);
-  std::printf("held 2 ms: RACK %llu retransmissions, %llu recoveries, %llu undos (%llu by timestamps)\n",
+  // sent past the hole puts RecoveryPoint beyond what the late original's ACK covers, and the D-SACK undoes.
+  // Held 2 ms it was one until Reno's ssthresh left out the data sent beyond cwnd (congestion.hh): which
+  // recovery ends on a late original's ACK depends on the window's timing.)
+  Outcome held2 = run(true, 3);
+  std::printf("held 3 ms: RACK %llu retransmissions, %llu recoveries, %llu undos (%llu by timestamps)\n",
               (unsigned long long)held2.retransmits, (unsigned long long)held2.recoveries,
               (unsigned long long)held2.undos, (unsigned long long)held2.eifel_undos);
   EXPECT_TRUE(held2.exact);
