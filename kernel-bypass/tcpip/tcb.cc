@@ -718,8 +718,11 @@ void Tcb::output() {
     if (rack_on() && rack_.any_lost() && snd_nxt_ < snd_max_) rack_retransmit_lost();  // lost in the go-back
     uint32_t peer = std::min(snd_wnd_, stack_.conf_.send_window_bytes);
     uint32_t wnd = std::min(peer, cc_.cwnd());
+    // No loss marked: by RACK, or without it IsLost(SND.UNA) (RFC 6675 §5 step 2 runs only while that is false;
+    // after an F-RTO undo it can hold until the next ACK starts recovery).
     if (sack_ok_ && !sb_.empty() && snd_nxt_ == snd_max_ && frto_ == Frto::kOff && !rto_recovery_ &&
-        cc_.may_enter_sack_recovery(snd_una_) && !(rack_on() && rack_.any_lost())) {
+        cc_.may_enter_sack_recovery(snd_una_) &&
+        !(rack_on() ? rack_.any_lost() : sb_.lost_boundary(snd_una_, mss_) > snd_una_)) {
       // SACKed octets have left the network: before recovery starts (a hole RACK's reo_wnd still waits on,
       // or fewer than DupThresh duplicates) new data is clocked by cwnd - pipe, not cwnd - FlightSize (RFC 6675
       // §5 step 2; Linux's tcp_packets_in_flight), so the ACK clock runs on while a reordered segment is late.
