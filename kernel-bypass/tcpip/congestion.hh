@@ -129,13 +129,14 @@ class CongestionControl {
   unsigned count_dupack() { return ++dupacks_; }
   /// RFC 6675 §5 steps (4.1)/(4.2): RecoveryPoint = HighData (snd_max), ssthresh reduced (Reno: max(min(FlightSize,
   /// cwnd)/2, 2·SMSS), RFC 5681 eq. 4 and §3.2 step 2; CUBIC: max(cwnd·0.7, 2·SMSS)). Without PRR cwnd = ssthresh at once; with PRR cwnd
-  /// is left as it was and RecoverFS = flight (RFC 6937 §3): prr_ack() takes over.
-  void enter_sack_recovery(uint32_t flight, SeqNum snd_max) {
+  /// is left as it was and RecoverFS = the pipe at the start of recovery (RFC 9937, which obsoletes RFC 6937's
+  /// FlightSize: data SACKed before recovery has left the network), at most `flight`: prr_ack() takes over.
+  void enter_sack_recovery(uint32_t flight, SeqNum snd_max, uint32_t pipe = UINT32_MAX) {
     prior_cwnd_ = cwnd_;
     prior_ssthresh_ = ssthresh_;
     ssthresh_ = reduced_ssthresh(flight);
     if (!prr_) cwnd_ = ssthresh_;
-    recover_fs_ = std::max(flight, 1u);
+    recover_fs_ = std::max(std::min(flight, pipe), 1u);
     prr_delivered_ = prr_out_ = 0;
     undone_ = false;
     sndcnt_ = 0;

@@ -212,7 +212,7 @@ bool Tcb::sack_maybe_enter_recovery(uint32_t delivered) {
   bool lost = rack_on() ? rack_.any_lost()
                         : cc_.dupacks() >= SackScoreboard::kDupThresh || sb_.lost_boundary(snd_una_, mss_) > snd_una_;
   if (!lost && !tlp_shows_loss()) return false;
-  cc_.enter_sack_recovery(snd_max_ - snd_una_, snd_max_);
+  cc_.enter_sack_recovery(snd_max_ - snd_una_, snd_max_, sack_pipe());
   cc_.prr_ack(delivered, sack_pipe());
   undo_retrans_ = 0;
   eifel_ts_ = ts_now();  // the TSval the first retransmission (just below) carries
