@@ -9,7 +9,7 @@
 //     recovery, a full ACK of `recover` ends it) with dupack inflation and partial-ACK deflation.
 //   - With SACK (RFC 6675): enter_sack_recovery() once, the pipe estimate (sack_scoreboard.hh / rack.hh)
 //     replaces inflation/deflation, on_sack_recovery_ack() ends recovery at RecoveryPoint.
-// PRR (RFC 6937, PRR-SSRB): during SACK recovery cwnd is not set to ssthresh at once; each ACK's delivered
+// PRR (RFC 6937, PRR-SSRB; RecoverFS = the pipe as RFC 9937 has it): during SACK recovery cwnd is not set to ssthresh at once; each ACK's delivered
 // octets release a proportional share (ssthresh / RecoverFS) of new transmissions while pipe > ssthresh, and
 // the slow-start reduction bound lets the window catch up to ssthresh once pipe fell below it — so the ACK
 // clock keeps running through recovery (RFC 6675 sends nothing until half the flight is acknowledged, then a

@@ -22,7 +22,7 @@
 // incarnations (RFC 7323 §5, RFC 6191). Otherwise it fails with EADDRNOTAVAIL.
 // RACK-TLP (RFC 8985) loss detection with SACK; D-SACK (RFC 2883) sent for duplicate data below RCV.NXT or
 // inside the out-of-order queue and read as a sender (it widens RACK's reordering window). Congestion control
-// CUBIC (RFC 9438, default) or Reno, PRR (RFC 6937) in SACK recovery; SACKed octets leave the pipe before
+// CUBIC (RFC 9438, default) or Reno, PRR (RFC 9937: RecoverFS = pipe) in SACK recovery; SACKed octets leave the pipe before
 // recovery too (RFC 6675 §5 step 2: a late reordered segment does not stop new data); spurious reductions undone by D-SACK
 // (RFC 3708), by timestamps (Eifel, RFC 3522; RFC 4015 response for timeouts) and, without timestamps, by
 // F-RTO (RFC 5682) for timeouts.
