@@ -57,6 +57,21 @@ TEST(Prr, ProportionalShareWhilePipeIsAboveSsthresh) {
   EXPECT_FALSE(cc.prr_active());
 }
 
+// RFC 9937: RecoverFS is the pipe when recovery starts, not FlightSize. 30 SMSS outstanding of which 10 were
+// SACKed before recovery (new data clocked by cwnd - pipe while a hole was late, Tcb::output): the share per
+// delivered octet is ssthresh / 20 SMSS; RFC 6937's FlightSize would make it ssthresh / 30 SMSS.
+TEST(Prr, RecoverFsIsThePipeAtTheStartOfRecovery) {
+  CongestionControl cc = grown(20);
+  cc.enter_sack_recovery(30 * kMss, SeqNum{100'000}, 20 * kMss);
+  EXPECT_EQ(cc.ssthresh(), 10 * kMss);  // Reno: min(FlightSize, cwnd) / 2
+  cc.prr_ack(2 * kMss, 18 * kMss);
+  EXPECT_EQ(cc.prr_quota(), 1000);  // CEIL(2000 · 10000 / 20000) - 0
+  CongestionControl flight = grown(20);
+  flight.enter_sack_recovery(30 * kMss, SeqNum{100'000});  // no pipe given: RecoverFS = FlightSize
+  flight.prr_ack(2 * kMss, 18 * kMss);
+  EXPECT_EQ(flight.prr_quota(), 667);  // CEIL(2000 · 10000 / 30000) - 0
+}
+
 TEST(Prr, SlowStartReductionBoundCatchesUpBelowSsthresh) {
   CongestionControl cc = grown(20);
   cc.enter_sack_recovery(20 * kMss, SeqNum{100'000});
