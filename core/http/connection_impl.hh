@@ -149,6 +149,15 @@ class HttpConnection final : public net::StreamHandler,
     stream_->flush();
     arm_send_timeout();
   }
+  void write_shared(net::SharedBuffer& buf, const char* data, size_t len) override {
+    if (stream_ == nullptr || head_only_ || len == 0) return;
+    body_bytes_ += len;
+    if (chunked_out_) write_chunk_size(len);
+    stream_->write_shared(buf, data, len);
+    if (chunked_out_) stream_->write("\r\n");
+    stream_->flush();
+    arm_send_timeout();
+  }
   void read_body(BodySink* sink) override;
   void pause_body(bool paused) override {
     body_paused_ = paused;

@@ -12,6 +12,7 @@
 
 #include "core/config/conf.hh"
 #include "core/http/parser.hh"
+#include "core/net/shared_buffer.hh"
 
 namespace kosoku::disk {
 class DiskQueue;
@@ -148,6 +149,12 @@ class Exchange {
   virtual void write(std::string_view data) = 0;
   /// Zero-copy: the bytes stay valid until pending_output() drops past them.
   virtual void write_ref(const char* data, size_t len) = 0;
+  /// Zero-copy with a reference instead of a lifetime promise: `len` bytes at `data` inside `buf` (a file
+  /// chunk read into it); the connection's stream keeps `buf` as long as it needs the bytes
+  /// (net::Stream::write_shared), the caller may unref it at once. The default copies.
+  virtual void write_shared(net::SharedBuffer& buf, const char* data, size_t len) {
+    write(std::string_view(data, len));
+  }
   virtual size_t pending_output() const = 0;
   virtual void set_low_water(size_t bytes) = 0;
   /// The response is complete (all body bytes written or referenced).

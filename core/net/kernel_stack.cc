@@ -32,7 +32,8 @@ constexpr size_t kPoolMax = 256;                 // buffers of each kind kept pe
 // An output block: owned bytes in data[], or (ref != nullptr) a reference to caller-owned bytes.
 struct OutBlock {
   OutBlock* next;
-  const char* ref;
+  const char* ref;       // bytes elsewhere (write_ref, write_shared), or null: bytes in data[]
+  SharedBuffer* shared;  // write_shared: the buffer `ref` points into, unref'd when the block is given back
   uint32_t cap;
   uint32_t begin;
   uint32_t end;
@@ -45,6 +46,7 @@ OutBlock* new_block(size_t cap) {
   if (b == nullptr) std::abort();
   b->next = nullptr;
   b->ref = nullptr;
+  b->shared = nullptr;
   b->cap = static_cast<uint32_t>(cap);
   b->begin = b->end = 0;
   return b;
@@ -115,6 +117,10 @@ struct KernelStack::Impl {
     return b;
   }
   void give_block(OutBlock* b) {
+    if (b->shared != nullptr) {
+      b->shared->unref();
+      b->shared = nullptr;
+    }
     if (b->ref == nullptr && b->cap == kMinBlock && free_blocks.size() < kPoolMax) {
       free_blocks.push_back(b);
     } else {
@@ -218,6 +224,12 @@ class KernelStream final : public Stream {
     b->cap = b->end = static_cast<uint32_t>(len);
     append_block(b);
     pending_ += len;
+  }
+  void write_shared(SharedBuffer& buf, const char* data, size_t len) override {
+    if (len == 0) return;
+    write_ref(data, len);
+    buf.ref();
+    tail_->shared = &buf;
   }
   void append_block(OutBlock* b) {
     if (tail_ != nullptr) {

@@ -16,6 +16,7 @@
 #include <string_view>
 
 #include "core/config/conf.hh"
+#include "core/net/shared_buffer.hh"
 
 namespace kosoku::net {
 
@@ -63,6 +64,11 @@ class Stream {
   /// unchanged until pending_output() has dropped by everything committed up to and including them (use
   /// set_low_water/on_writable), or until on_closed.
   virtual void write_ref(const char* data, size_t len) = 0;
+  /// Append `len` bytes at `data` inside `buf` (a file chunk read into it), keeping a reference to the buffer
+  /// instead of copying: the backend holds it until the bytes are sent (kernel sockets) or acknowledged (kosoku's
+  /// TCP, whose segments point into it) and then unrefs it; the caller may drop its own reference at once.
+  /// pending_output() counts the bytes as for write_ref. The default copies (reserve/commit).
+  virtual void write_shared(SharedBuffer& buf, const char* data, size_t len);
   /// Start sending committed output.
   virtual void flush() = 0;
   /// Committed output not yet acknowledged as sent by the backend (bytes).
@@ -117,6 +123,10 @@ class Stack {
   /// Streams currently open.
   virtual size_t open_streams() const = 0;
 };
+
+inline void Stream::write_shared(SharedBuffer&, const char* data, size_t len) {
+  write(std::string_view(data, len));
+}
 
 inline void Stream::write(std::string_view data) {
   if (data.empty()) return;

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -19,13 +20,15 @@
 #include "core/http/multipart.hh"
 #include "core/http/range.hh"
 #include "core/http/uri.hh"
+#include "core/net/shared_buffer.hh"
 #include "core/reactor/reactor.hh"
 
 namespace kosoku::static_files {
 
 namespace {
 
-constexpr size_t kMaxBuffer = 256 * 1024;  // per buffer; two per request
+constexpr size_t kMaxBuffer = 256 * 1024;  // per read (sendfile_max_chunk caps it further)
+constexpr size_t kMinRead = 16 * 1024;     // a read shorter than this (and than the rest) takes a fresh buffer
 constexpr int kMaxInternalRedirects = 10;  // nginx: "rewrite or internal redirection cycle"
 constexpr size_t kMaxRanges = 16;          // RangeLimits::max_ranges default
 
@@ -38,7 +41,7 @@ class StaticState final : public http::ContentState,
  public:
   explicit StaticState(http::Exchange& ex) : ex_(ex) {}
   ~StaticState() override {
-    for (char*& b : buf_) std::free(b);
+    if (buf_ != nullptr) buf_->unref();
   }
 
   void start();
@@ -108,11 +111,11 @@ class StaticState final : public http::ContentState,
   std::vector<Piece> pieces_;
   size_t piece_ = 0;
   uint64_t piece_done_ = 0;
-  char* buf_[2] = {nullptr, nullptr};
-  size_t buf_cap_[2] = {0, 0};
-  uint64_t end_mark_[2] = {0, 0};  // written_ after the last write_ref from each buffer (0: never used)
-  uint64_t written_ = 0;           // bytes this state has written on the connection, monotonic
-  int next_buf_ = 0;
+  // The buffer file reads go into: a shared buffer whose filled part the stream holds by reference
+  // (write_shared), so the bytes read by io_uring are the bytes sent. Reads fill it from buf_off_ on until too
+  // little room is left; then a fresh one is taken (the stream keeps the old one as long as it needs it).
+  net::SharedBuffer* buf_ = nullptr;
+  size_t buf_off_ = 0;
   size_t chunk_ = 0;
   uint32_t read_len_ = 0;
   bool streaming_ = false;
@@ -374,15 +377,12 @@ void StaticState::serve_file() {
   uint64_t chunk = loc.sendfile_max_chunk == 0 ? kMaxBuffer : loc.sendfile_max_chunk;
   if (chunk > kMaxBuffer) chunk = kMaxBuffer;
   chunk_ = static_cast<size_t>(chunk);
-  // written_/end_mark_ are not reset between requests: a pipelined previous response may still be sending
-  // from a buffer (the state is reused on a keep-alive connection).
   streaming_ = true;
   pump();
 }
 
-// Moves the body forward: literal pieces are copied, file ranges are read into the free buffer and handed to
-// the stream by reference. A buffer is free again once every byte written from it has been sent, i.e. when
-// pending output <= bytes written after it.
+// Moves the body forward: literal pieces are copied, file ranges are read by the disk queue (io_uring) into a
+// shared buffer and handed to the stream by reference (write_shared): no copy on the way to the stream.
 void StaticState::pump() {
   while (streaming_ && !read_in_flight_) {
     if (piece_ >= pieces_.size()) {
@@ -394,28 +394,27 @@ void StaticState::pump() {
     if (p.length == 0) {
       send_head_if_pending();
       ex_.write(p.text);
-      written_ += p.text.size();
       ++piece_;
       continue;
     }
-    int b = next_buf_;
-    uint64_t after = written_ - end_mark_[b];
-    if (end_mark_[b] != 0 && ex_.pending_output() > after) {
-      ex_.set_low_water(after);
+    // Read ahead at most one chunk beyond what the stream has taken: a chunk may wait in the stream while
+    // the next is read, then reading waits for pending output to drop to a chunk (on_writable).
+    if (ex_.pending_output() > chunk_) {
+      ex_.set_low_water(chunk_);
       return;
     }
     uint64_t left = p.length - piece_done_;
     size_t want = left < chunk_ ? static_cast<size_t>(left) : chunk_;
-    if (buf_cap_[b] < want) {
-      std::free(buf_[b]);
-      size_t cap = want < chunk_ ? (pieces_.size() == 1 ? want : chunk_) : chunk_;
-      buf_[b] = static_cast<char*>(std::malloc(cap));
-      buf_cap_[b] = cap;
+    if (buf_ == nullptr || buf_->capacity() - buf_off_ < std::min(want, kMinRead)) {
+      if (buf_ != nullptr) buf_->unref();
+      buf_ = net::SharedBuffer::make(want < chunk_ && pieces_.size() == 1 ? want : chunk_);
+      buf_off_ = 0;
     }
+    want = std::min(want, buf_->capacity() - buf_off_);
     read_op_ = disk::DiskOp{};
     read_op_.kind = disk::DiskOp::Kind::kRead;
     read_op_.fd = open_.file->fd();
-    read_op_.buf = buf_[b];
+    read_op_.buf = buf_->data() + buf_off_;
     read_op_.len = static_cast<uint32_t>(want);
     read_op_.offset = p.offset + piece_done_;
     read_op_.callback = this;
@@ -458,12 +457,9 @@ void StaticState::read_done(int32_t result) {
     ex_.abort_response();
     return;
   }
-  int b = next_buf_;
   send_head_if_pending();
-  ex_.write_ref(buf_[b], static_cast<size_t>(result));
-  written_ += static_cast<uint64_t>(result);
-  end_mark_[b] = written_;
-  next_buf_ = 1 - b;
+  ex_.write_shared(*buf_, buf_->data() + buf_off_, static_cast<size_t>(result));
+  buf_off_ += static_cast<size_t>(result);
   piece_done_ += static_cast<uint64_t>(result);
   if (piece_done_ == pieces_[piece_].length) {
     ++piece_;

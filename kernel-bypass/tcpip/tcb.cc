@@ -39,7 +39,7 @@ Tcb::~Tcb() {
   for (OutBlock* b : {head_, wait_head_, spare_}) {
     while (b != nullptr) {
       OutBlock* n = b->next;
-      std::free(b);
+      free_block(b);
       b = n;
     }
   }

@@ -3,8 +3,10 @@
 // Send side (tcb_send_buffer.cc): like a kernel socket, the TCB takes the application's output into its own
 // send buffer — owned blocks, which are also the retransmission queue — up to send_buffer_bytes
 // (TcpConfig, the SO_SNDBUF analogue, or the listener's sndbuf=): committed bytes stay where reserve() put
-// them, write_ref bytes are copied, so the caller's buffer is free at once. Output beyond the limit waits in
-// order (write_ref blocks by reference) and is taken as ACKs free room. pending_output() is the output not
+// them, write_ref bytes are copied, so the caller's buffer is free at once, and write_shared bytes (file
+// chunks core/static read into a net::SharedBuffer) are not copied at all: the block keeps a reference to the
+// buffer until they are acknowledged. Output beyond the limit waits in order (write_ref blocks by reference,
+// a shared block split at the limit) and is taken as ACKs free room. pending_output() is the output not
 // taken yet (waiting bytes, plus any committed overshoot of the limit); on_writable fires when an ACK lets it
 // drop to the low-water mark.
 // Each segment copies its payload from the send buffer into the frame buffer (found through a cursor, no
@@ -165,6 +167,7 @@ class Tcb final : public net::Stream {
   std::span<char> reserve(size_t min_bytes) override;
   void commit(size_t n) override;
   void write_ref(const char* data, size_t len) override;
+  void write_shared(net::SharedBuffer& buf, const char* data, size_t len) override;
   void flush() override;
   size_t pending_output() const override;
   void set_low_water(size_t bytes) override { low_water_ = bytes; }
@@ -185,12 +188,15 @@ class Tcb final : public net::Stream {
   };
   struct OutBlock {  // one malloc'd block of the output chain
     OutBlock* next;
-    const char* ref;  // caller-owned bytes (write_ref), or null: bytes in data[]
+    const char* ref;            // bytes elsewhere: caller-owned (write_ref) or in `shared`; null: in data[]
+    net::SharedBuffer* shared;  // write_shared: the buffer `ref` points into (one reference, held until freed)
     uint32_t cap;
     uint32_t begin;
     uint32_t end;
     char data[];
     const char* bytes() const { return ref != nullptr ? ref : data; }
+    /// A write_ref block: waits by reference and is copied when taken (shared blocks are taken as they are).
+    bool by_ref() const { return ref != nullptr && shared == nullptr; }
   };
   struct OooSegment {
     SeqNum seq;
@@ -344,6 +350,8 @@ class Tcb final : public net::Stream {
   /// Moves waiting output into the send buffer while it is under send_buffer_bytes; returns bytes taken.
   size_t take();
   OutBlock* new_block(size_t cap);
+  /// Frees one block of either queue: unrefs a shared buffer, keeps out_block_bytes_ right.
+  void free_block(OutBlock* b);
   /// Frees the spare blocks (idle release, TIME-WAIT, destruction).
   void free_spares();
   void append_wait(OutBlock* b);

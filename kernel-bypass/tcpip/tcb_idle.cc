@@ -62,8 +62,7 @@ void Tcb::on_idle_timer(TimerKind k) {
   // kRelease: only a connection with nothing unacknowledged and no unread input gives its buffers back.
   if (out_bytes_ != 0 || in_end_ != in_begin_) return;
   if (head_ != nullptr && head_ == tail_ && head_->end == 0) {
-    out_block_bytes_ -= head_->cap;
-    std::free(head_);
+    free_block(head_);
     head_ = tail_ = cur_block_ = nullptr;
   }
   free_spares();
@@ -78,7 +77,7 @@ void Tcb::free_buffers() {
   for (OutBlock* b : {head_, wait_head_}) {
     while (b != nullptr) {
       OutBlock* next = b->next;
-      std::free(b);
+      free_block(b);
       b = next;
     }
   }

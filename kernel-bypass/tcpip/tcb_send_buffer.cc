@@ -1,10 +1,13 @@
 // Tcb: the send buffer, the TCB's analogue of a kernel socket's SO_SNDBUF (tcb.hh "Send side").
 //
-// Output lives in two queues of OutBlocks. The send buffer (head_ .. tail_) holds owned blocks only: every
+// Output lives in two queues of OutBlocks. The send buffer (head_ .. tail_) holds owned and shared blocks: every
 // byte from data_seq_ (the first unacknowledged octet) on, sent or not, buffered_ bytes, normally at most
 // TcpConfig::send_buffer_bytes. It is the retransmission queue, and segments copy their payload out of it.
 // The waiting queue (wait_head_ .. wait_tail_) holds, in order after it, what the application queued while the
-// send buffer was full: write_ref blocks by reference, committed blocks as they are.
+// send buffer was full: write_ref blocks by reference, committed blocks as they are. A shared block
+// (write_shared) points into a net::SharedBuffer it holds a reference to: it is taken like an owned block,
+// without a copy, except that one crossing the limit is split there (the part taken is a block of its own with
+// one more reference), so a 256 KiB file chunk cannot put the send buffer far over a small sndbuf=.
 //
 // take() runs whenever room appears (write, ACK): write_ref bytes are copied into owned blocks (so the
 // caller's buffer is free once its bytes are taken, as after a kernel send()), owned blocks are moved whole
@@ -13,7 +16,8 @@
 // when pending_output() has dropped by everything written after a block, the block was taken, which is the
 // net::Stream contract for write_ref.
 //
-// Cost: one copy of write_ref bytes into the buffer (64 KiB blocks; up to kMaxSpare acknowledged ones are
+// Cost: none for shared bytes (the io_uring read's buffer is the retransmission queue); one copy of write_ref
+// bytes into the buffer (64 KiB blocks; up to kMaxSpare acknowledged ones are
 // kept for reuse, so a long transfer does not malloc/free and fault in fresh pages per block; they go with
 // the other buffers after kReleaseIdleMs idle or in TIME-WAIT), one copy per segment into the frame. copy_out
 // finds its block through a cursor (the block read last), so a multi-MB buffer is not walked from the head
@@ -65,12 +69,12 @@ Tcb::OutBlock* Tcb::new_block(size_t cap) {
     OutBlock* b = spare_;
     spare_ = b->next;
     --spare_count_;
-    *b = OutBlock{nullptr, nullptr, static_cast<uint32_t>(cap), 0, 0};
+    *b = OutBlock{nullptr, nullptr, nullptr, static_cast<uint32_t>(cap), 0, 0};
     return b;
   }
   auto* b = static_cast<OutBlock*>(std::malloc(sizeof(OutBlock) + cap));
   if (b == nullptr) std::abort();
-  *b = OutBlock{nullptr, nullptr, static_cast<uint32_t>(cap), 0, 0};
+  *b = OutBlock{nullptr, nullptr, nullptr, static_cast<uint32_t>(cap), 0, 0};
   out_block_bytes_ += cap;
   update_memory();
   return b;
@@ -124,9 +128,35 @@ void Tcb::write_ref(const char* data, size_t len) {
   }
   auto* b = static_cast<OutBlock*>(std::malloc(sizeof(OutBlock)));
   if (b == nullptr) std::abort();
-  *b = OutBlock{nullptr, data, static_cast<uint32_t>(len), 0, static_cast<uint32_t>(len)};
+  *b = OutBlock{nullptr, data, nullptr, static_cast<uint32_t>(len), 0, static_cast<uint32_t>(len)};
   append_wait(b);
   wait_bytes_ += len;
+}
+
+void Tcb::write_shared(net::SharedBuffer& buf, const char* data, size_t len) {
+  if (fin_queued_ || state_ == TcpState::kClosed || len == 0) return;
+  auto* b = static_cast<OutBlock*>(std::malloc(sizeof(OutBlock)));
+  if (b == nullptr) std::abort();
+  *b = OutBlock{nullptr, data, &buf, static_cast<uint32_t>(len), 0, static_cast<uint32_t>(len)};
+  buf.ref();
+  out_block_bytes_ += len;
+  out_bytes_ += len;
+  // In order behind any waiting output; take() moves what fits under the limit into the send buffer now,
+  // splitting the block at the limit (the rest waits by reference, counted in pending_output()).
+  append_wait(b);
+  wait_bytes_ += len;
+  take();
+  update_memory();
+}
+
+void Tcb::free_block(OutBlock* b) {
+  if (b->shared != nullptr) {
+    out_block_bytes_ -= b->cap;
+    b->shared->unref();
+  } else if (b->ref == nullptr) {
+    out_block_bytes_ -= b->cap;
+  }
+  std::free(b);
 }
 
 void Tcb::flush() { output(); }
@@ -134,7 +164,9 @@ void Tcb::flush() { output(); }
 void Tcb::copy_in(const char* src, size_t n) {
   buffered_ += n;
   while (n > 0) {
-    if (tail_ == nullptr || tail_->end == tail_->cap) append_block(new_block(std::clamp(n, kMinBlock, kCopyBlock)));
+    if (tail_ == nullptr || tail_->ref != nullptr || tail_->end == tail_->cap) {
+      append_block(new_block(std::clamp(n, kMinBlock, kCopyBlock)));
+    }
     size_t k = std::min<size_t>(n, tail_->cap - tail_->end);
     std::memcpy(tail_->data + tail_->end, src, k);
     tail_->end += static_cast<uint32_t>(k);
@@ -149,19 +181,35 @@ size_t Tcb::take() {
   while (wait_head_ != nullptr && buffered_ < limit) {
     OutBlock* b = wait_head_;
     size_t n = b->end - b->begin;
-    size_t k = b->ref != nullptr ? std::min(n, limit - buffered_) : n;
-    if (b->ref != nullptr) {
+    if (b->shared != nullptr && n > limit - buffered_) {
+      // A shared block bigger than the room left: its first part goes in as a block of its own (one more
+      // reference to the buffer), the rest stays first in the waiting queue. begin is 0 while waiting.
+      uint32_t k = static_cast<uint32_t>(limit - buffered_);
+      auto* part = static_cast<OutBlock*>(std::malloc(sizeof(OutBlock)));
+      if (part == nullptr) std::abort();
+      *part = OutBlock{nullptr, b->ref, b->shared, k, 0, k};
+      b->shared->ref();
+      b->ref += k;
+      b->cap -= k;
+      b->end -= k;
+      append_block(part);
+      buffered_ += k;
+      wait_bytes_ -= k;
+      break;  // the limit is reached
+    }
+    size_t k = b->by_ref() ? std::min(n, limit - buffered_) : n;
+    if (b->by_ref()) {
       copy_in(b->ref + b->begin, k);
       b->begin += static_cast<uint32_t>(k);
     }
     wait_bytes_ -= k;
-    if (b->ref != nullptr && b->begin != b->end) continue;  // the limit is reached
+    if (b->by_ref() && b->begin != b->end) continue;  // the limit is reached
     wait_head_ = b->next;
     if (wait_head_ == nullptr) wait_tail_ = nullptr;
     b->next = nullptr;
-    if (b->ref != nullptr) {
+    if (b->by_ref()) {
       std::free(b);
-    } else {  // an owned block changes queues as it is
+    } else {  // an owned or shared block changes queues as it is
       append_block(b);
       buffered_ += n;
     }
@@ -187,7 +235,7 @@ size_t Tcb::copy_out(size_t offset, uint8_t* dst, size_t len) {
       continue;
     }
     size_t take = std::min<size_t>(static_cast<uint32_t>(end - seq), len - done);
-    std::memcpy(dst + done, b->data + static_cast<uint32_t>(seq - base), take);
+    std::memcpy(dst + done, b->bytes() + static_cast<uint32_t>(seq - base), take);
     done += take;
     seq += static_cast<uint32_t>(take);
     cur_block_ = b;
@@ -206,19 +254,18 @@ void Tcb::drop_acked(size_t n) {
     n -= take;
     if (head_->begin == head_->end) {
       if (head_ == cur_block_) cur_block_ = nullptr;
-      if (head_ == tail_ && head_->cap <= kMinBlock) {
+      if (head_ == tail_ && head_->ref == nullptr && head_->cap <= kMinBlock) {
         head_->begin = head_->end = 0;  // keep the last small block for reuse (the next response head)
         break;
       }
       if (head_ == tail_) tail_ = nullptr;
       OutBlock* next = head_->next;
-      if (head_->cap == kCopyBlock && spare_count_ < kMaxSpare) {
+      if (head_->ref == nullptr && head_->cap == kCopyBlock && spare_count_ < kMaxSpare) {
         head_->next = spare_;  // stays counted in out_block_bytes_ until free_spares()
         spare_ = head_;
         ++spare_count_;
       } else {
-        out_block_bytes_ -= head_->cap;
-        std::free(head_);
+        free_block(head_);
       }
       head_ = next;
     }
@@ -240,8 +287,7 @@ void Tcb::free_spares() {
 void Tcb::drop_unsent() {
   for (OutBlock* b = wait_head_; b != nullptr;) {  // never taken: dropped
     OutBlock* next = b->next;
-    if (b->ref == nullptr) out_block_bytes_ -= b->cap;
-    std::free(b);
+    free_block(b);
     b = next;
   }
   wait_head_ = wait_tail_ = nullptr;
@@ -260,8 +306,7 @@ void Tcb::drop_unsent() {
       continue;
     }
     OutBlock* next = b->next;
-    out_block_bytes_ -= b->cap;
-    std::free(b);
+    free_block(b);
     b = next;
   }
   if (last != nullptr) last->next = nullptr;

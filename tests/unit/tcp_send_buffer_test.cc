@@ -1,9 +1,10 @@
 // The TCB's send buffer (kernel-bypass/tcpip/tcb_send_buffer.cc, TcpConfig::send_buffer_bytes): like a kernel
 // socket, the TCB takes output over up to the limit — write_ref bytes are copied, so the caller's buffer is
 // free at once — and pending_output() counts only what it has not taken. Two stacks on the in-memory link
-// (tests/unit/tcp_pipe.hh); the server reuses its buffers exactly as the static handler does (two buffers,
-// refilled when pending_output() has dropped by the bytes written after them), so a byte the TCB still
-// referenced after reporting it taken would arrive corrupted.
+// (tests/unit/tcp_pipe.hh); the server reuses its buffers as a write_ref writer may (two buffers, refilled
+// when pending_output() has dropped by the bytes written after them; core/static did this before it moved to
+// write_shared, tcp_shared_buffer_test.cc), so a byte the TCB still referenced after reporting it taken would
+// arrive corrupted.
 #include <gtest/gtest.h>
 
 #include <algorithm>

@@ -1,0 +1,88 @@
+#include "core/net/shared_buffer.hh"
+
+#include <algorithm>
+#include <bit>
+#include <cstdlib>
+#include <new>
+
+namespace kosoku::net {
+
+namespace {
+
+constexpr unsigned kMinShift = 14;        // 16 KiB: the smallest cached size
+constexpr unsigned kMaxShift = 18;        // 256 KiB: the largest (static files read chunks of at most this)
+constexpr unsigned kClasses = kMaxShift - kMinShift + 1;
+constexpr unsigned kMaxCachedPerClass = 16;  // at most 16 × (16 KiB .. 256 KiB) kept per size class per core
+
+struct Cache {
+  SharedBuffer* head[kClasses] = {};
+  unsigned count[kClasses] = {};
+  size_t bytes = 0;
+  size_t buffers = 0;
+};
+thread_local Cache t_cache;
+
+// The size class of `capacity`, or kClasses if it is too big to be cached.
+unsigned class_of(size_t capacity) {
+  if (capacity > (size_t{1} << kMaxShift)) return kClasses;
+  unsigned shift = std::max<unsigned>(kMinShift, static_cast<unsigned>(std::bit_width(capacity - 1)));
+  return shift - kMinShift;
+}
+
+}  // namespace
+
+SharedBuffer* SharedBuffer::make(size_t capacity) {
+  if (capacity == 0) capacity = 1;
+  unsigned c = class_of(capacity);
+  Cache& cache = t_cache;
+  if (c < kClasses && cache.head[c] != nullptr) {
+    SharedBuffer* b = cache.head[c];
+    cache.head[c] = b->next_;
+    --cache.count[c];
+    --cache.buffers;
+    cache.bytes -= b->cap_;
+    b->next_ = nullptr;
+    b->refs_ = 1;
+    return b;
+  }
+  size_t cap = c < kClasses ? size_t{1} << (c + kMinShift) : capacity;
+  void* mem = std::malloc(sizeof(SharedBuffer) + cap);
+  if (mem == nullptr) std::abort();
+  auto* b = new (mem) SharedBuffer();
+  b->cap_ = static_cast<uint32_t>(cap);
+  b->data_ = static_cast<char*>(mem) + sizeof(SharedBuffer);
+  return b;
+}
+
+void SharedBuffer::release() {
+  unsigned c = class_of(cap_);
+  Cache& cache = t_cache;
+  if (c < kClasses && cache.count[c] < kMaxCachedPerClass && (size_t{1} << (c + kMinShift)) == cap_) {
+    next_ = cache.head[c];
+    cache.head[c] = this;
+    ++cache.count[c];
+    ++cache.buffers;
+    cache.bytes += cap_;
+    return;
+  }
+  this->~SharedBuffer();
+  std::free(this);
+}
+
+size_t SharedBuffer::cached_buffers() { return t_cache.buffers; }
+size_t SharedBuffer::cached_bytes() { return t_cache.bytes; }
+
+void SharedBuffer::trim_cache() {
+  Cache& cache = t_cache;
+  for (unsigned c = 0; c < kClasses; ++c) {
+    while (SharedBuffer* b = cache.head[c]) {
+      cache.head[c] = b->next_;
+      b->~SharedBuffer();
+      std::free(b);
+    }
+    cache.count[c] = 0;
+  }
+  cache.bytes = cache.buffers = 0;
+}
+
+}  // namespace kosoku::net
