@@ -84,6 +84,7 @@ std::unique_ptr<net::Stack> make_core_stack(reactor::Reactor& reactor, stats::Co
   qc.tx_checksum_offload = g_port->tx_checksum_offload();
   qc.rx_checksum_offload = g_port->rx_checksum_offload();
   qc.rx_interrupt_fd = own ? g_port->rx_interrupt_fd(c) : -1;
+  qc.attach_pool = own ? g_port->attach_pool(c) : nullptr;  // zero-copy TX only on a TX queue of its own
   // The TX backlog holds one more descriptor ring's worth of refused frames (queue.hh); the PortConfig default
   // when the PMD does not report its ring (rte_eth_tx_queue_info_get: net_tap, net_ring do not).
   rte_eth_txq_info txq{};
@@ -157,7 +158,8 @@ int start_backend(const config::MainConf& conf, std::string* err, std::string* n
                          : g_port->rss_programmed() ? "RSS with the symmetric key"
                                                     : absl::StrCat("software flow steering (", g_port->rss_note(), ")"),
                          "; checksums: TX ", g_port->tx_checksum_offload() ? "offloaded" : "software", ", RX ",
-                         g_port->rx_checksum_offload() ? "offloaded" : "software");
+                         g_port->rx_checksum_offload() ? "offloaded" : "software", "; TX payloads ",
+                         g_port->attach_pool(0) != nullptr ? "by reference (zero-copy)" : "copied");
   }
   net::dpdk_stack_factory() = &make_core_stack;
   return 0;
@@ -208,6 +210,9 @@ stats::ExtraSection backend_stats_section() {
     add("dpdk_queue_rx_l4_checksum_good_total", "TCP checksums the port verified good", q.rx_l4_checksum_good);
     add("dpdk_queue_rx_l4_checksum_bad_total", "TCP checksums the port found bad", q.rx_l4_checksum_bad);
     add("dpdk_queue_tx_checksum_offloaded_total", "Frames sent with checksum offload", q.tx_checksum_offloaded);
+    add("dpdk_queue_tx_payload_by_reference_total", "Frames whose TCP payload was sent by reference (zero-copy)",
+        q.tx_payload_by_reference);
+    add("dpdk_queue_tx_payload_copied_total", "Zero-copy frames copied instead: no attach mbuf", q.tx_payload_copied);
     add("dpdk_steer_forwarded_out_total", "Frames handed to the core owning their flow", st.forwarded_out);
     add("dpdk_steer_forwarded_in_total", "Frames other cores handed to this one", st.forwarded_in);
     add("dpdk_steer_ring_full_drops_total", "Frames dropped: the steering ring was full", st.ring_full_drops);

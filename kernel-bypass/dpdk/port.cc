@@ -47,7 +47,10 @@ std::unique_ptr<Port> Port::open(const PortConfig& conf, std::string* err) {
   // RX interrupts only where each queue's fd is known to be pollable: net_tap's is the queue's tap fd itself.
   bool rx_intr = conf.rx_interrupts && p->driver_ == "net_tap";
   if (rx_intr) ec.intr_conf.rxq = 1;
+  bool by_reference = (info.tx_offload_capa & RTE_ETH_TX_OFFLOAD_MULTI_SEGS) != 0 &&
+                      (p->driver_ == "net_tap" || p->driver_ == "net_memif" || p->driver_ == "net_af_packet");
   if (p->tx_csum_) ec.txmode.offloads = tx_csum;
+  if (by_reference) ec.txmode.offloads |= RTE_ETH_TX_OFFLOAD_MULTI_SEGS;
   if (p->rx_csum_) ec.rxmode.offloads = rx_csum;
   if (int rc = rte_eth_dev_configure(conf.port_id, p->pairs_, p->pairs_, &ec); rc != 0) {
     return fail("rte_eth_dev_configure: " + rc_text(rc));
@@ -68,6 +71,16 @@ std::unique_ptr<Port> Port::open(const PortConfig& conf, std::string* err) {
                                " MiB of DPDK memory: raise the eal -m MB or the hugepages)"));
     }
     p->pools_.push_back(mp);
+    if (!by_reference) continue;
+    // Attach mbufs: no data room, the shared-info block of the external buffer in the private area.
+    name = absl::StrCat("kosoku_p", conf.port_id, "a", c);
+    constexpr uint16_t kPriv = RTE_ALIGN(sizeof(rte_mbuf_ext_shared_info), RTE_MBUF_PRIV_ALIGN);
+    rte_mempool* ap = rte_pktmbuf_pool_create(name.c_str(), conf.mbufs_per_core, conf.mbuf_cache, kPriv, 0, socket);
+    if (ap == nullptr) {
+      return fail(absl::StrCat("rte_pktmbuf_pool_create(", name, "): ", rte_strerror(rte_errno),
+                               " (zero-copy TX attach mbufs: raise the eal -m MB or the hugepages)"));
+    }
+    p->attach_pools_.push_back(ap);
   }
   rte_eth_rxconf rxc = info.default_rxconf;
   rxc.offloads = ec.rxmode.offloads;
@@ -157,6 +170,7 @@ Port::~Port() {
     rte_eth_dev_close(conf_.port_id);
   }
   for (rte_mempool* mp : pools_) rte_mempool_free(mp);
+  for (rte_mempool* mp : attach_pools_) rte_mempool_free(mp);
 }
 
 stats::ExtraSection Port::stats_section() const {

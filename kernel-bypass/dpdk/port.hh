@@ -57,6 +57,11 @@ class Port {
   /// RX/TX queue pairs (≤ cores); core c < queue_pairs() owns pair c.
   uint16_t queue_pairs() const { return pairs_; }
   rte_mempool* pool(uint16_t core) const { return pools_[core]; }
+  /// Zero-copy TX: core `core`'s pool of attach mbufs (QueueConfig::attach_pool), or null when payloads are
+  /// copied. There is one only where the PMD takes chained mbufs (RTE_ETH_TX_OFFLOAD_MULTI_SEGS) and copies
+  /// frames out by virtual address — net_tap (writev), net_memif, net_af_packet — since a kosoku buffer is
+  /// ordinary memory with no IOVA a device could DMA from (a PCI port such as virtio-net copies).
+  rte_mempool* attach_pool(uint16_t core) const { return core < attach_pools_.size() ? attach_pools_[core] : nullptr; }
   tcpip::MacAddr mac() const { return mac_; }
   /// IPv4 MTU in bytes (rte_eth_dev_get_mtu, 1500 if the PMD does not say).
   uint16_t mtu() const { return mtu_; }
@@ -90,6 +95,7 @@ class Port {
 
   PortConfig conf_;
   std::vector<rte_mempool*> pools_;
+  std::vector<rte_mempool*> attach_pools_;  // zero-copy TX, per core (empty: payloads are copied)
   tcpip::MacAddr mac_;
   uint16_t mtu_ = 1500;
   std::string driver_;

@@ -88,6 +88,41 @@ void Queue::frame_send(size_t len) {
   send_mbuf(m);
 }
 
+namespace {
+// The free callback of a payload mbuf's rte_mbuf_ext_shared_info: the link is done with the bytes.
+void release_payload(void*, void* opaque) { static_cast<net::SharedBuffer*>(opaque)->unref(); }
+}  // namespace
+
+void Queue::frame_send_payload(size_t len, net::SharedBuffer& buf, const uint8_t* payload, size_t payload_len) {
+  rte_mbuf* m = building_;
+  if (m == nullptr) return;
+  rte_mbuf* p = rte_pktmbuf_alloc(conf_.attach_pool);
+  if (p == nullptr) {  // no attach mbuf: copy (the data room holds a whole frame, frame_begin checked the MTU)
+    std::memcpy(rte_pktmbuf_mtod_offset(m, uint8_t*, len), payload, payload_len);
+    ++stats_.tx_payload_copied;
+    frame_send(len + payload_len);
+    return;
+  }
+  building_ = nullptr;
+  auto* shinfo = static_cast<rte_mbuf_ext_shared_info*>(rte_mbuf_to_priv(p));
+  shinfo->free_cb = release_payload;
+  shinfo->fcb_opaque = &buf;
+  rte_mbuf_ext_refcnt_set(shinfo, 1);
+  buf.ref();
+  // No IOVA: attach pools exist only on ports whose PMD copies from buf_addr (Port::attach_pool).
+  rte_pktmbuf_attach_extbuf(p, const_cast<uint8_t*>(payload), RTE_BAD_IOVA, static_cast<uint16_t>(payload_len),
+                            shinfo);
+  p->data_len = static_cast<uint16_t>(payload_len);
+  p->pkt_len = static_cast<uint32_t>(payload_len);
+  m->data_len = static_cast<uint16_t>(len);
+  m->pkt_len = static_cast<uint32_t>(len + payload_len);
+  m->next = p;
+  m->nb_segs = 2;
+  if (conf_.tx_checksum_offload) mark_offloads(m);
+  ++stats_.tx_payload_by_reference;
+  send_mbuf(m);
+}
+
 void Queue::send_mbuf(rte_mbuf* m) {
   tx_[tx_count_++] = m;
   if (tx_count_ == kBurst) flush();

@@ -12,6 +12,11 @@
 // in DPDK mode, so a frame waits at most one iteration; timers and resumed requests run between two polls).
 // With TX checksum offload, frame_send() marks IPv4 frames RTE_MBUF_F_TX_IPV4 | IP_CKSUM (| TCP_CKSUM for TCP)
 // with l2_len/l3_len; the Interface left the IPv4 checksum 0 and the TCP pseudo-header sum in place.
+// Zero-copy TX (QueueConfig::attach_pool, Port::attach_pool): frame_send_payload() chains the payload of a
+// TCP segment — bytes of a net::SharedBuffer the TCB holds, i.e. file data as io_uring read it — behind the
+// header frame as an external-buffer mbuf (rte_pktmbuf_attach_extbuf; its rte_mbuf_ext_shared_info lives in the
+// attach mbuf's private area, so nothing is allocated per frame) holding one reference to the buffer, dropped
+// by the free callback when the PMD frees the frame. If the attach pool is empty the payload is copied instead.
 // A core without a TX queue enqueues its bursts on its tx ring instead (steering.hh); its TX core sends them.
 // TX backpressure, so that TCP holds new data instead of the link losing frames it must then retransmit:
 // - Through the relay ring: frames the ring refuses are freed at once and counted in tx_refused; tx_room()
@@ -52,6 +57,8 @@ struct QueueStats {
   uint64_t tx_backlog_peak = 0;     // largest TX backlog seen (frames)
   uint64_t rx_l4_checksum_good = 0, rx_l4_checksum_bad = 0;  // verdicts of the port (RX offload)
   uint64_t tx_checksum_offloaded = 0;                        // frames whose checksums the port completes
+  uint64_t tx_payload_by_reference = 0;  // frames whose TCP payload went by reference (zero-copy TX)
+  uint64_t tx_payload_copied = 0;        // of those asked for by reference, copied: the attach pool was empty
 };
 
 /// Where one core's Queue sends and receives (see the header comment).
@@ -66,6 +73,10 @@ struct QueueConfig {
   bool tx_checksum_offload = false;
   bool rx_checksum_offload = false;
   int rx_interrupt_fd = -1;       // readable when the RX queue has frames (Port::rx_interrupt_fd), -1: none
+  /// Zero-copy TX (Port::attach_pool): mbufs without a data room, each with a rte_mbuf_ext_shared_info in its
+  /// private area, chained behind a header frame to carry payload bytes by reference; null: payloads are
+  /// copied. Only for a TX queue of the core's own (the mbufs are freed, and the buffers unref'd, on it).
+  rte_mempool* attach_pool = nullptr;
   /// PortConfig::tx_descriptors' default: the backlog when the PMD does not report its descriptor count.
   static constexpr uint32_t kDefaultTxBacklog = 1024;
   /// With a TX queue of its own: the most frames the PMD refused that are kept for the next flush (the TX
@@ -112,6 +123,11 @@ class Queue final : public tcpip::PacketIO {
   /// TX queue of its own: 0 while the TX backlog holds a frame (the PMD refused; new data waits until a flush
   /// empties it), else SIZE_MAX, unknown (a PMD's free descriptors have no cheap portable measure).
   size_t tx_room() const override;
+  bool tx_payload_by_reference() const override { return conf_.attach_pool != nullptr; }
+  /// The header frame with the payload chained as an external buffer (rte_pktmbuf_attach_extbuf, one
+  /// reference to `buf`, dropped by the mbuf's free callback once the PMD is done with it). If the attach pool
+  /// is empty the payload is copied into the header frame's data room instead (counted).
+  void frame_send_payload(size_t len, net::SharedBuffer& buf, const uint8_t* payload, size_t payload_len) override;
   static constexpr unsigned kRoomExact = 4 * kBurst;
 
   const QueueConfig& config() const { return conf_; }

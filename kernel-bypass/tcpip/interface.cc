@@ -175,8 +175,23 @@ void Interface::on_icmp(const Ipv4Header& ip, std::span<const uint8_t> p, uint64
   }
 }
 
+void Interface::fill_tcp_checksum(std::span<uint8_t> header, Ipv4Addr src, Ipv4Addr dst,
+                                  std::span<const uint8_t> payload) const {
+  auto total = static_cast<uint16_t>(header.size() + payload.size());
+  uint32_t sum = pseudo_header_sum(src, dst, kProtoTcp, total);
+  if (io_.tx_checksum_offload()) {
+    store_be16(header.data() + 16, static_cast<uint16_t>(~checksum_finish(sum)));
+    return;
+  }
+  // The header is a multiple of 4 bytes long: the payload's words line up with the header's.
+  store_be16(header.data() + 16, 0);
+  sum = checksum_add(payload, checksum_add(header, sum));
+  store_be16(header.data() + 16, checksum_finish(sum));
+}
+
 bool Interface::send_ipv4(Ipv4Addr dst, uint8_t protocol, size_t l4_len,
-                          absl::FunctionRef<void(std::span<uint8_t>)> fill, uint64_t now_ms) {
+                          absl::FunctionRef<void(std::span<uint8_t>)> fill, uint64_t now_ms,
+                          const TxPayload* payload) {
   Ipv4Addr next_hop = dst;
   if (!on_link(dst)) {
     if (conf_.gateway.value == 0) {
@@ -185,9 +200,10 @@ bool Interface::send_ipv4(Ipv4Addr dst, uint8_t protocol, size_t l4_len,
     }
     next_hop = conf_.gateway;
   }
-  size_t total = kFrameHeaders + l4_len;
+  size_t extra = payload != nullptr ? payload->len : 0;
+  size_t total = kFrameHeaders + l4_len + extra;
   Ipv4Header ip;
-  ip.total_len = static_cast<uint16_t>(Ipv4Header::kMinSize + l4_len);
+  ip.total_len = static_cast<uint16_t>(Ipv4Header::kMinSize + l4_len + extra);
   ip.id = next_ip_id_++;
   ip.flags_fragment = Ipv4Header::kFlagDontFragment;
   ip.ttl = conf_.ttl;
@@ -201,10 +217,28 @@ bool Interface::send_ipv4(Ipv4Addr dst, uint8_t protocol, size_t l4_len,
     std::span<uint8_t> l4(f + kFrameHeaders, l4_len);
     fill(l4);
     // With TX checksum offload the port completes the TCP checksum from the pseudo-header sum; a filler that
-    // computed the full sum in software (tcb.cc) gets its field replaced (l4_len ≥ 20 for TCP).
-    if (protocol == kProtoTcp && l4_len >= 20 && io_.tx_checksum_offload()) fill_tcp_checksum(l4, ip.src, ip.dst);
+    // computed the full sum in software (tcb.cc) gets its field replaced (l4_len ≥ 20 for TCP). A filler with a
+    // payload by reference has already summed it (fill_tcp_checksum with the payload).
+    if (protocol == kProtoTcp && l4_len >= 20 && io_.tx_checksum_offload() && payload == nullptr) {
+      fill_tcp_checksum(l4, ip.src, ip.dst);
+    }
+    if (extra > 0) std::memcpy(f + kFrameHeaders + l4_len, payload->data, extra);  // the copying paths only
   };
   if (auto mac = arp_.lookup(next_hop, now_ms)) {
+    if (extra > 0 && io_.tx_payload_by_reference()) {
+      size_t head = kFrameHeaders + l4_len;
+      std::span<uint8_t> buf = io_.frame_begin(head);
+      if (buf.size() < head) {
+        ++stats_.tx_no_buffer;
+        return false;
+      }
+      extra = 0;  // build() leaves the payload where it is
+      build(buf.data(), *mac);
+      io_.frame_send_payload(head, *payload->buf, payload->data, payload->len);
+      ++stats_.tx_frames;
+      ++stats_.ip_out;
+      return true;
+    }
     std::span<uint8_t> buf = io_.frame_begin(total);
     if (buf.size() < total) {
       ++stats_.tx_no_buffer;

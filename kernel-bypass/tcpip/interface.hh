@@ -87,7 +87,26 @@ class Interface {
   /// hop with ARP first if needed (the packet then waits in the ARP queue). Returns false if the packet was
   /// dropped (no route, no TX buffer, ARP queue full).
   bool send_ipv4(Ipv4Addr dst, uint8_t protocol, size_t l4_len, absl::FunctionRef<void(std::span<uint8_t>)> fill,
-                 uint64_t now_ms);
+                 uint64_t now_ms) {
+    return send_ipv4(dst, protocol, l4_len, fill, now_ms, nullptr);
+  }
+  /// Payload bytes a TCP segment carries by reference (Tcb: bytes of a net::SharedBuffer in its send buffer).
+  struct TxPayload {
+    net::SharedBuffer* buf;
+    const uint8_t* data;
+    size_t len;
+  };
+  /// As above, for TCP: fill() writes the `l4_len` header bytes and `payload` follows them. The link sends the
+  /// payload by reference if it can (PacketIO::tx_payload_by_reference), else it is copied into the frame.
+  /// fill() must leave the TCP checksum to fill_tcp_checksum(header, src, dst, payload) (called by fill).
+  bool send_ipv4(Ipv4Addr dst, uint8_t protocol, size_t l4_len, absl::FunctionRef<void(std::span<uint8_t>)> fill,
+                 uint64_t now_ms, const TxPayload* payload);
+  /// The TCP checksum of a segment whose `header` is followed by `payload`: in software over both, or with TX
+  /// offload the pseudo-header sum for their total length.
+  void fill_tcp_checksum(std::span<uint8_t> header, Ipv4Addr src, Ipv4Addr dst,
+                         std::span<const uint8_t> payload) const;
+  /// True if the link sends payloads by reference (PacketIO::tx_payload_by_reference).
+  bool tx_payload_by_reference() const { return io_.tx_payload_by_reference(); }
 
   /// Gratuitous ARP (a request for our own address, RFC 5227 §3 "ARP Announcement").
   void announce();

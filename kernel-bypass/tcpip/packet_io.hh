@@ -8,6 +8,7 @@
 #include <limits>
 #include <span>
 
+#include "core/net/shared_buffer.hh"
 #include "kernel-bypass/tcpip/ipv4_addr.hh"
 
 namespace kosoku::tcpip {
@@ -30,6 +31,15 @@ class PacketIO {
   /// bound when large (dpdk::Queue says which). TcpStack reads it before each new data segment (TX
   /// backpressure, TcpStack::set_tx_backpressure), so it must be cheap: O(1), no system call.
   virtual size_t tx_room() const { return std::numeric_limits<size_t>::max(); }
+  /// True if frame_send_payload() can send payload bytes by reference (zero-copy TX: dpdk::Queue chains an
+  /// external-buffer mbuf to the header frame). The default: no, payloads are copied into the frame.
+  virtual bool tx_payload_by_reference() const { return false; }
+  /// Sends the first `len` bytes of the last frame_begin() buffer (the headers) followed by `payload_len`
+  /// bytes at `payload` inside `buf`, without copying them: the link takes one reference to `buf` and drops it
+  /// when it is done with the frame (sent or dropped). Only called when tx_payload_by_reference().
+  virtual void frame_send_payload(size_t len, net::SharedBuffer& buf, const uint8_t* payload, size_t payload_len) {
+    (void)len, (void)buf, (void)payload, (void)payload_len;
+  }
 
  protected:
   ~PacketIO() = default;

@@ -14,6 +14,9 @@ namespace kosoku::tcpip {
 namespace {
 constexpr unsigned kChallengeAcksPerSecond = 10;  // RFC 5961 §7 rate limit, per connection
 constexpr uint64_t kOowAckIntervalMs = 500;        // oow_ack(): Linux's net.ipv4.tcp_invalid_ratelimit default
+// Zero-copy TX for payloads of at least 1 KiB (full segments): a chained external-buffer mbuf costs an mbuf
+// from the attach pool and a reference; copying a short tail costs less.
+constexpr size_t kZeroCopyMinBytes = 1024;
 using namespace tcp_flag;
 }  // namespace
 
@@ -674,11 +677,22 @@ void Tcb::send_segment(SeqNum seq, size_t len, uint8_t flags) {
   h.window = (flags & kRst) ? 0 : window_field(syn);
   size_t hl = TcpHeader::kMinSize + o.wire_size();
   size_t off = seq - data_seq_;
-  stack_.ip_.send_ipv4(tuple_.remote, kProtoTcp, hl + len, [&](std::span<uint8_t> out) {
-    write_tcp_header(h, o, out.data());
-    if (len > 0) copy_out(off, out.data() + hl, len);
-    stack_.ip_.fill_tcp_checksum(out, tuple_.local, tuple_.remote);  // pseudo-header only with TX offload
-  }, stack_.now_ms());
+  // Zero-copy TX: payload bytes in one shared block (a file chunk, Stream::write_shared) go by reference
+  // when the link can chain them to the header frame; short payloads are cheaper to copy.
+  Interface::TxPayload ext{nullptr, nullptr, len};
+  if (len >= kZeroCopyMinBytes && stack_.ip_.tx_payload_by_reference()) ext.buf = shared_at(off, len, &ext.data);
+  if (ext.buf != nullptr) {
+    stack_.ip_.send_ipv4(tuple_.remote, kProtoTcp, hl, [&](std::span<uint8_t> out) {
+      write_tcp_header(h, o, out.data());
+      stack_.ip_.fill_tcp_checksum(out, tuple_.local, tuple_.remote, {ext.data, len});
+    }, stack_.now_ms(), &ext);
+  } else {
+    stack_.ip_.send_ipv4(tuple_.remote, kProtoTcp, hl + len, [&](std::span<uint8_t> out) {
+      write_tcp_header(h, o, out.data());
+      if (len > 0) copy_out(off, out.data() + hl, len);
+      stack_.ip_.fill_tcp_checksum(out, tuple_.local, tuple_.remote);  // pseudo-header only with TX offload
+    }, stack_.now_ms());
+  }
   ++stack_.stats_.segments_out;
   frto_sent(seq, len);  // F-RTO: the highest octet retransmitted since the timeout
   if (len > 0) cc_.prr_sent(static_cast<uint32_t>(len));  // RFC 6937 prr_out (counted in recovery; SACK reads it)

@@ -9,8 +9,10 @@
 // a shared block split at the limit) and is taken as ACKs free room. pending_output() is the output not
 // taken yet (waiting bytes, plus any committed overshoot of the limit); on_writable fires when an ACK lets it
 // drop to the low-water mark.
-// Each segment copies its payload from the send buffer into the frame buffer (found through a cursor, no
-// per-segment allocation). In flight ≤ min(cwnd, peer window, send_window_bytes), where with SACK the octets
+// A segment's payload is found through a cursor (no per-segment allocation). If it is at least 1 KiB of one
+// shared buffer and the link can chain external buffers (PacketIO::tx_payload_by_reference: dpdk::Queue on
+// net_tap, net_memif, net_af_packet), it goes by reference — zero-copy from the io_uring read to the PMD;
+// otherwise it is copied from the send buffer into the frame. In flight ≤ min(cwnd, peer window, send_window_bytes), where with SACK the octets
 // the peer SACKed do not count against cwnd (the pipe, RFC 6675: in recovery, and before it while no loss is
 // marked — a late reordered segment does not stop the ACK clock; Tcb::output()).
 // Receive side: in-order bytes in a contiguous input buffer (Stream::input), out-of-order segments in a
@@ -344,6 +346,10 @@ class Tcb final : public net::Stream {
   // Send buffer (tcb_send_buffer.cc).
   /// Copies `len` bytes from `offset` octets past data_seq_ out of the send buffer; returns the count.
   size_t copy_out(size_t offset, uint8_t* dst, size_t len);
+  /// If the `len` bytes at `offset` from data_seq_ are contiguous bytes of one shared buffer (in one shared
+  /// block, or in consecutive blocks that continue it): the buffer, and *bytes where they start (zero-copy
+  /// TX); else nullptr.
+  net::SharedBuffer* shared_at(size_t offset, size_t len, const uint8_t** bytes);
   void drop_acked(size_t n);
   /// Appends `n` bytes to the send buffer's owned blocks (buffered_ grows by n).
   void copy_in(const char* src, size_t n);

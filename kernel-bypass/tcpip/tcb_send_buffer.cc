@@ -217,6 +217,38 @@ size_t Tcb::take() {
   return before - wait_bytes_;
 }
 
+net::SharedBuffer* Tcb::shared_at(size_t offset, size_t len, const uint8_t** bytes) {
+  if (head_ == nullptr) return nullptr;
+  SeqNum seq = data_seq_ + static_cast<uint32_t>(offset);
+  OutBlock* b = head_;
+  SeqNum base = data_seq_ - head_->begin;  // sequence number of b->bytes()[0]
+  if (cur_block_ != nullptr && seq >= cur_base_ + cur_block_->begin) {
+    b = cur_block_;
+    base = cur_base_;
+  }
+  while (b != nullptr && seq >= base + b->end) {
+    SeqNum end = base + b->end;
+    b = b->next;
+    if (b != nullptr) base = end - b->begin;
+  }
+  if (b == nullptr || b->shared == nullptr) return nullptr;
+  // The bytes may run on into following blocks that continue the same buffer in memory: the parts take()
+  // split off at the limit, and the reads core/static placed back to back in one buffer.
+  SeqNum last = seq + static_cast<uint32_t>(len);
+  const OutBlock* c = b;
+  SeqNum c_base = base;
+  while (last > c_base + c->end) {
+    const OutBlock* n = c->next;
+    if (n == nullptr || n->shared != b->shared || n->bytes() + n->begin != c->bytes() + c->end) return nullptr;
+    c_base = c_base + c->end - n->begin;
+    c = n;
+  }
+  cur_block_ = b;
+  cur_base_ = base;
+  *bytes = reinterpret_cast<const uint8_t*>(b->bytes()) + static_cast<uint32_t>(seq - base);
+  return b->shared;
+}
+
 size_t Tcb::copy_out(size_t offset, uint8_t* dst, size_t len) {
   if (head_ == nullptr) return 0;
   SeqNum seq = data_seq_ + static_cast<uint32_t>(offset);

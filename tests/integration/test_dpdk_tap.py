@@ -258,6 +258,31 @@ def test_byte_exact_1k_1m_32m_curl(rig):
         assert rig.fetch_sha256(name, "curl") == rig.digests[name], name
 
 
+def queue_counter(status: dict, name: str) -> float:
+    """A dpdk_queue_* counter summed over the cores."""
+    return sum(m["value"] for m in status["extra"]["dpdk_port"] if m["name"] == name)
+
+
+def test_file_payloads_leave_by_reference(rig):
+    """Zero-copy TX on net_tap: the static handler reads the file with io_uring into shared buffers, the TCB keeps
+    them as its send buffer, and each full segment's payload is chained to its header frame as an external
+    buffer (no copy). Every full-sized segment of a 32 MiB body goes by reference, except those that straddle two
+    256 KiB reads or the response head (copied); none had to be copied for want of an attach mbuf."""
+    assert "TX payloads by reference (zero-copy)" in (rig.base / "error.log").read_text()
+    before = rig.status()
+    assert rig.fetch_sha256("32m.bin", "curl") == rig.digests["32m.bin"]
+    after = rig.status()
+    by_ref = queue_counter(after, "dpdk_queue_tx_payload_by_reference_total") - \
+        queue_counter(before, "dpdk_queue_tx_payload_by_reference_total")
+    copied = queue_counter(after, "dpdk_queue_tx_payload_copied_total") - \
+        queue_counter(before, "dpdk_queue_tx_payload_copied_total")
+    full_segments = (32 << 20) // 1448
+    print(f"32 MiB: {by_ref:.0f} frames with the payload by reference, {copied:.0f} copied for want of an attach "
+          f"mbuf; {full_segments} full-sized segments")
+    assert by_ref >= full_segments - 2 * (32 << 20) // (256 << 10), (by_ref, full_segments)
+    assert copied == 0
+
+
 def test_byte_exact_wget(rig):
     for name in ("1k.bin", "1m.bin"):
         assert rig.fetch_sha256(name, "wget") == rig.digests[name], name

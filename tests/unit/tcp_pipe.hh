@@ -68,6 +68,17 @@ class Link {
     }
     MacAddr mac() const override { return mac_; }
     uint16_t mtu() const override { return 1500; }
+    /// Zero-copy TX on (off by default): the TCP stack hands full-sized payloads of shared buffers by
+    /// reference; this end, like net_tap's writev, copies header and payload into the frame at once.
+    bool by_reference = false;
+    uint64_t payload_frames = 0;  // frames sent through frame_send_payload
+    bool tx_payload_by_reference() const override { return by_reference; }
+    void frame_send_payload(size_t len, net::SharedBuffer&, const uint8_t* payload, size_t n) override {
+      buf_.resize(len);
+      buf_.insert(buf_.end(), payload, payload + n);
+      ++payload_frames;
+      link_.transmit(side_, std::move(buf_));
+    }
 
    private:
     Link& link_;
@@ -102,6 +113,7 @@ class Link {
 
   TcpStack& tcp(int i) { return *side_[i].tcp; }
   Interface& ip(int i) { return *side_[i].ip; }
+  End& end(int i) { return *side_[i].end; }
   Ipv4Addr addr(int i) { return side_[i].ip->address(); }
   SimClock& clock() { return clock_; }
   reactor::TimerWheel& timers() { return timers_; }

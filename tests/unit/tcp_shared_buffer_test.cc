@@ -199,14 +199,19 @@ struct Transfer {
   }
 };
 
-// Random loss both ways, with SACK and without: every retransmission is built from the shared buffers
-// (the writer kept none), byte-exact, and when the transfer is over no buffer is referenced any more.
+// Random loss both ways, with SACK and without, copying payloads and sending them by reference (zero-copy
+// TX: the server's link end takes full-sized payloads through PacketIO::frame_send_payload, the TCP checksum
+// summed over header and payload in software, which the client checks): every retransmission is built from
+// the shared buffers (the writer kept none), byte-exact, and when the transfer is over no buffer is
+// referenced any more.
 TEST(TcpSharedBuffer, RetransmissionsComeFromTheSharedBuffersByteExact) {
-  for (bool sack : {true, false}) {
+  for (int run = 0; run < 4; ++run) {
+    bool sack = run % 2 == 0, by_reference = run >= 2;
     TcpConfig conf = limited(256 * 1024);
     conf.sack = sack;
     Transfer t(conf, pattern_bytes(3 << 20, 3), 100 * 1000);
     t.link.set_loss(0.02, sack ? 21 : 22);
+    t.link.end(1).by_reference = by_reference;
     ASSERT_TRUE(t.start());
     size_t max_held = 0;
     t.link.tap = [&](int, const TcpSegment&) {
@@ -221,6 +226,14 @@ TEST(TcpSharedBuffer, RetransmissionsComeFromTheSharedBuffersByteExact) {
     // partly taken), never the whole 3 MiB.
     EXPECT_LE(max_held, 5u) << "sack " << sack;
     EXPECT_GE(max_held, 3u) << "sack " << sack;
+    EXPECT_EQ(t.link.tcp(0).stats().bad_checksum, 0u);
+    if (by_reference) {
+      // Full segments by reference: all but those that straddle two 100 KB buffers (3 MiB / 1448 ≈ 2,172
+      // segments and 32 buffers) and the retransmissions that do.
+      EXPECT_GT(t.link.end(1).payload_frames, 2100u) << "sack " << sack;
+    } else {
+      EXPECT_EQ(t.link.end(1).payload_frames, 0u);
+    }
     t.link.tap = nullptr;
     ASSERT_TRUE(t.link.run_until([&] { return t.held() == 0; }, 10000)) << "sack " << sack;
   }
