@@ -16,7 +16,8 @@
 // when pending_output() has dropped by everything written after a block, the block was taken, which is the
 // net::Stream contract for write_ref.
 //
-// Cost: none for shared bytes (the io_uring read's buffer is the retransmission queue); one copy of write_ref
+// Cost: none for shared bytes (the io_uring read's buffer is the retransmission queue; under 2 KiB they are
+// copied like write_ref bytes, which is cheaper than a block of their own); one copy of write_ref
 // bytes into the buffer (64 KiB blocks; up to kMaxSpare acknowledged ones are
 // kept for reuse, so a long transfer does not malloc/free and fault in fresh pages per block; they go with
 // the other buffers after kReleaseIdleMs idle or in TIME-WAIT), one copy per segment into the frame. copy_out
@@ -35,6 +36,9 @@ namespace {
 constexpr size_t kMinBlock = 16 * 1024;   // reserve(): smallest block; the one kept for reuse when idle
 constexpr size_t kCopyBlock = 64 * 1024;  // copy_in(): largest block taken write_ref bytes go to
 constexpr unsigned kMaxSpare = 8;         // acknowledged kCopyBlock blocks kept for reuse (512 KiB)
+// write_shared(): fewer bytes than about a segment are copied (into the block the response head is in) — a
+// block and a reference cost more than the copy, and a payload this short is never sent by reference.
+constexpr size_t kCopySharedBelow = 2048;
 // The send buffer limit: send_buffer_bytes (or the listener's sndbuf=), but never below one block (segments are
 // sent only from the send buffer: a limit of 0 would never send anything).
 size_t send_limit(uint32_t send_bytes) { return std::max<size_t>(send_bytes, kMinBlock); }
@@ -135,6 +139,11 @@ void Tcb::write_ref(const char* data, size_t len) {
 
 void Tcb::write_shared(net::SharedBuffer& buf, const char* data, size_t len) {
   if (fin_queued_ || state_ == TcpState::kClosed || len == 0) return;
+  if (len < kCopySharedBelow && wait_head_ == nullptr && buffered_ + len <= send_limit(send_limit_)) {
+    out_bytes_ += len;  // a small file: copied behind the response head, no block of its own
+    copy_in(data, len);
+    return;
+  }
   auto* b = static_cast<OutBlock*>(std::malloc(sizeof(OutBlock)));
   if (b == nullptr) std::abort();
   *b = OutBlock{nullptr, data, &buf, static_cast<uint32_t>(len), 0, static_cast<uint32_t>(len)};

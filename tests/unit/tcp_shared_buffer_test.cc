@@ -1,9 +1,9 @@
 // Stream::write_shared on kosoku's TCP (kernel-bypass/tcpip/tcb_send_buffer.cc): the TCB keeps a reference to
 // the writer's net::SharedBuffer in its send buffer instead of copying the bytes (core/static reads file chunks
 // into such buffers with io_uring), segments are built from it, and the reference goes when the bytes are
-// acknowledged, dropped (abort) or the connection ends. A shared block bigger than the room under
-// send_buffer_bytes is split at the limit; the rest waits, counted in pending_output(). Two stacks on the
-// in-memory link (tests/unit/tcp_pipe.hh).
+// acknowledged, dropped (abort) or the connection ends; a write under 2 KiB is copied instead. A shared block
+// bigger than the room under send_buffer_bytes is split at the limit; the rest waits, counted in
+// pending_output(). Two stacks on the in-memory link (tests/unit/tcp_pipe.hh).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -72,6 +72,26 @@ TEST(TcpSharedBuffer, SegmentsAreBuiltFromTheWritersBufferNotACopy) {
   EXPECT_EQ(net::SharedBuffer::cached_buffers(), cached + 1);  // acknowledged: back in the core's cache
   conn.link.run_for(1100);
   EXPECT_EQ(tcb(c).buffer_bytes(), 0u);
+}
+
+// A write shorter than 2 KiB (a small file) is copied behind what is already buffered: no reference is kept,
+// the writer's buffer is free at once.
+TEST(TcpSharedBuffer, SmallWritesAreCopied) {
+  Conn conn;
+  ASSERT_NE(conn.c, nullptr);
+  net::Stream* c = conn.c;
+  std::string head = "HTTP/1.1 200 OK\r\nContent-Length: 1024\r\n\r\n";
+  std::string body = pattern_bytes(1024, 6);
+  c->write(head);
+  net::SharedBuffer* b = filled(body);
+  c->write_shared(*b, b->data(), body.size());
+  EXPECT_EQ(b->refs(), 1u);
+  EXPECT_EQ(tcb(c).send_buffered(), head.size() + body.size());
+  std::memset(b->data(), 0, body.size());  // free at once: the peer still gets the original bytes
+  b->unref();
+  c->flush();
+  ASSERT_TRUE(conn.link.run_until([&] { return conn.sink.received.size() == head.size() + body.size(); }, 5000));
+  EXPECT_TRUE(conn.sink.received == head + body);
 }
 
 // Beyond send_buffer_bytes a shared block is split at the limit: the send buffer never holds more than the
