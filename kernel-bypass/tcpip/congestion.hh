@@ -219,7 +219,8 @@ class CongestionControl {
   /// slow start from the loss window would have reached in those two round trips; ssthresh stays reduced.
   void frto_real_timeout() { cwnd_ = 3 * smss_; }
 
-  /// The retransmission timer expired (RFC 5681 §3.1 eq. 4, loss window = 1 SMSS; RFC 6582 §4 sets recover;
+  /// The retransmission timer expired (RFC 5681 §3.1 eq. 4, loss window = 1 SMSS; Reno's FlightSize capped by
+  /// cwnd as in reduced_ssthresh, Linux's tcp_reno_ssthresh; RFC 6582 §4 sets recover;
   /// CUBIC: RFC 9438 §4.8). ssthresh is held when the timer fires again before an ACK made progress (RFC 5681
   /// §3.1: the segment was already retransmitted by the timer), and with CUBIC when it fires in fast recovery
   /// (that recovery's reduction stands, as Linux's tcp_enter_loss): CUBIC reduces from cwnd, and cwnd is
@@ -234,7 +235,7 @@ class CongestionControl {
       prior_cwnd_ = cwnd_;
       prior_ssthresh_ = ssthresh_;
       prior_pipe_ = std::max(flight, ssthresh_);  // RFC 4015 §2 pipe_prev, for undo_timeout()
-      ssthresh_ = cubic ? cubic_.on_timeout(cwnd_) : std::max(flight / 2, 2 * smss_);
+      ssthresh_ = cubic ? cubic_.on_timeout(cwnd_) : reduced_ssthresh(flight);
     }
     rto_backoff_ = true;
     cwnd_ = smss_;

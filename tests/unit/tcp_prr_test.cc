@@ -107,6 +107,23 @@ TEST(Prr, UndoRestoresTheWindowBeforeRecovery) {
   EXPECT_EQ(cc.ssthresh(), UINT32_MAX);
 }
 
+// A Reno timeout takes ssthresh from min(FlightSize, cwnd) / 2, as recovery does: with SACK the pipe window lets
+// FlightSize run past cwnd by the SACKed octets (Tcb::output), and half of that could exceed the window the
+// timeout found (review finding 4; Linux's tcp_reno_ssthresh halves cwnd). Flight within cwnd: RFC 5681 eq. 4.
+TEST(Prr, RenoTimeoutHalvesAtMostTheWindow) {
+  CongestionControl cc = grown(20);
+  ASSERT_EQ(cc.cwnd(), 20 * kMss);
+  cc.on_timeout(60 * kMss, SeqNum{100'000});  // 40 SMSS of it SACKed: FlightSize 3x cwnd
+  EXPECT_EQ(cc.ssthresh(), 10 * kMss);        // FlightSize / 2 would be 30 SMSS
+  EXPECT_EQ(cc.cwnd(), kMss);
+  CongestionControl small = grown(20);
+  small.on_timeout(8 * kMss, SeqNum{100'000});
+  EXPECT_EQ(small.ssthresh(), 4 * kMss);
+  CongestionControl tiny = grown(20);
+  tiny.on_timeout(kMss, SeqNum{100'000});
+  EXPECT_EQ(tiny.ssthresh(), 2 * kMss);  // never below 2 SMSS
+}
+
 TEST(CwndValidation, GrowsOnlyWhenCwndLimited) {
   CongestionControl cc(kMss);
   uint32_t iw = cc.cwnd();
