@@ -21,6 +21,8 @@ struct Cache {
   size_t buffers = 0;
 };
 thread_local Cache t_cache;
+thread_local SharedBuffer::Source* t_source = nullptr;
+constexpr size_t kSourceMin = 64 * 1024;  // smaller buffers (small files) are not worth a DMA block
 
 // The size class of `capacity`, or kClasses if it is too big to be cached.
 unsigned class_of(size_t capacity) {
@@ -31,8 +33,22 @@ unsigned class_of(size_t capacity) {
 
 }  // namespace
 
+void SharedBuffer::set_source(Source* source) { t_source = source; }
+
 SharedBuffer* SharedBuffer::make(size_t capacity) {
   if (capacity == 0) capacity = 1;
+  if (Source* src = t_source;
+      src != nullptr && capacity > kSourceMin && capacity + sizeof(SharedBuffer) <= src->block_bytes()) {
+    uint64_t iova = kNoIova;
+    if (void* mem = src->take(&iova)) {
+      auto* b = new (mem) SharedBuffer();
+      b->cap_ = static_cast<uint32_t>(src->block_bytes() - sizeof(SharedBuffer));
+      b->data_ = static_cast<char*>(mem) + sizeof(SharedBuffer);
+      b->source_ = src;
+      b->iova_ = iova + sizeof(SharedBuffer);
+      return b;
+    }
+  }
   unsigned c = class_of(capacity);
   Cache& cache = t_cache;
   if (c < kClasses && cache.head[c] != nullptr) {
@@ -55,6 +71,11 @@ SharedBuffer* SharedBuffer::make(size_t capacity) {
 }
 
 void SharedBuffer::release() {
+  if (Source* src = source_) {
+    this->~SharedBuffer();
+    src->give(this);
+    return;
+  }
   unsigned c = class_of(cap_);
   Cache& cache = t_cache;
   if (c < kClasses && cache.count[c] < kMaxCachedPerClass && (size_t{1} << (c + kMinShift)) == cap_) {

@@ -7,7 +7,9 @@
 // Per core, like everything on the request path: the count is a plain integer, and ref()/unref() run on the
 // core that made the buffer (the stream, the TX queue and the disk queue of that core). Buffers come from a
 // per-core cache of recently freed ones (power-of-two sizes from 16 KiB to 256 KiB; bigger ones are allocated
-// exactly and not cached), so a long transfer does not malloc, and fault in fresh pages, per chunk.
+// exactly and not cached), so a long transfer does not malloc, and fault in fresh pages, per chunk. A core whose
+// DPDK port DMAs from memory (a PCI NIC) takes buffers over 64 KiB from the port's pool of DMA-able blocks
+// first (Source), so their payloads can leave by reference there too.
 #pragma once
 
 #include <cstddef>
@@ -17,6 +19,24 @@ namespace kosoku::net {
 
 class SharedBuffer {
  public:
+  static constexpr uint64_t kNoIova = ~uint64_t{0};
+
+  /// Where make() takes large buffers from first on a core: memory a device can DMA from (a DPDK port's
+  /// pool of IOVA-contiguous blocks, kernel-bypass/dpdk/dma_buffers.hh), so a NIC can send payloads straight
+  /// out of them. Blocks of block_bytes() bytes; buffers of more than 64 KiB that fit in one come from it.
+  class Source {
+   public:
+    /// A block and the IOVA of its first byte, or null when the source is empty (make() then mallocs).
+    virtual void* take(uint64_t* iova) = 0;
+    virtual void give(void* block) = 0;
+    virtual size_t block_bytes() const = 0;
+
+   protected:
+    ~Source() = default;
+  };
+  /// Sets (or with null clears) the calling core's source.
+  static void set_source(Source* source);
+
   /// A buffer of at least `capacity` bytes with one reference (the caller's). Aborts if memory runs out,
   /// like every allocation on the request path.
   static SharedBuffer* make(size_t capacity);
@@ -32,6 +52,8 @@ class SharedBuffer {
     if (--refs_ == 0) release();
   }
   uint32_t refs() const { return refs_; }
+  /// The IOVA of data()[0] (the bytes are IOVA-contiguous), or kNoIova: ordinary memory, no device can DMA it.
+  uint64_t iova() const { return iova_; }
 
   /// The calling core's cache: buffers held and their bytes (for tests and memory accounting).
   static size_t cached_buffers();
@@ -47,6 +69,8 @@ class SharedBuffer {
   uint32_t refs_ = 1;
   uint32_t cap_ = 0;
   char* data_ = nullptr;          // right after this header
+  Source* source_ = nullptr;      // the block came from this source (given back on release), or malloc
+  uint64_t iova_ = kNoIova;
 };
 
 }  // namespace kosoku::net

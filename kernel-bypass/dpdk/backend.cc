@@ -18,6 +18,7 @@
 #include "absl/strings/str_join.h"
 #include "core/base/log.hh"
 #include "core/net/stack_factory.hh"
+#include "kernel-bypass/dpdk/dma_buffers.hh"
 #include "kernel-bypass/dpdk/eal.hh"
 #include "kernel-bypass/dpdk/port.hh"
 #include "kernel-bypass/tcpip/tcp_metrics.hh"
@@ -85,6 +86,8 @@ std::unique_ptr<net::Stack> make_core_stack(reactor::Reactor& reactor, stats::Co
   qc.rx_checksum_offload = g_port->rx_checksum_offload();
   qc.rx_interrupt_fd = own ? g_port->rx_interrupt_fd(c) : -1;
   qc.attach_pool = own ? g_port->attach_pool(c) : nullptr;  // zero-copy TX only on a TX queue of its own
+  qc.payload_needs_iova = g_port->needs_iova();
+  qc.dma_pool = qc.attach_pool != nullptr ? g_port->dma_pool(c) : nullptr;
   // The TX backlog holds one more descriptor ring's worth of refused frames (queue.hh); the PortConfig default
   // when the PMD does not report its ring (rte_eth_tx_queue_info_get: net_tap, net_ring do not).
   rte_eth_txq_info txq{};
@@ -159,7 +162,11 @@ int start_backend(const config::MainConf& conf, std::string* err, std::string* n
                                                     : absl::StrCat("software flow steering (", g_port->rss_note(), ")"),
                          "; checksums: TX ", g_port->tx_checksum_offload() ? "offloaded" : "software", ", RX ",
                          g_port->rx_checksum_offload() ? "offloaded" : "software", "; TX payloads ",
-                         g_port->attach_pool(0) != nullptr ? "by reference (zero-copy)" : "copied");
+                         g_port->attach_pool(0) == nullptr
+                             ? absl::StrCat("copied", g_port->zero_copy_note().empty() ? "" : " (",
+                                            g_port->zero_copy_note(), g_port->zero_copy_note().empty() ? "" : ")")
+                         : g_port->needs_iova() ? "by reference from DMA-able buffers (zero-copy)"
+                                                : "by reference (zero-copy)");
   }
   net::dpdk_stack_factory() = &make_core_stack;
   return 0;
@@ -203,6 +210,10 @@ stats::ExtraSection backend_stats_section() {
     gauge("dpdk_queue_tx_backlog_frames", "Frames in the core's TX backlog now (refused by the PMD, sent first)",
           cs->queue().tx_backlog());
     gauge("dpdk_queue_tx_backlog_peak_frames", "Most frames the core's TX backlog held", q.tx_backlog_peak);
+    if (const DmaBufferPool* dma = cs->queue().config().dma_pool) {
+      gauge("dpdk_dma_buffers_available", "Free DMA-able 256 KiB buffers of the core (zero-copy TX on a PCI port)",
+            dma->available());
+    }
     gauge("dpdk_queue_tx_backlog_capacity_frames", "Bound of the core's TX backlog (0: refused frames are freed)",
           cs->queue().config().tx_backlog);
     add("dpdk_queue_tx_no_mbuf_total", "TX frames dropped for want of an mbuf", q.tx_no_mbuf);
@@ -260,6 +271,8 @@ CoreStack::CoreStack(reactor::Reactor& reactor, stats::CoreStats& stats, const c
       idle_(uint64_t{conf.network.dpdk.idle_sleep_us} * 1000) {
   // One lcore per worker: a registered non-EAL thread gets an lcore id, hence its own mempool cache.
   registered_ = rte_thread_register() == 0;
+  // On a port that DMAs, this core's large SharedBuffers (file chunks) come from its DMA-able pool first.
+  if (queue.dma_pool != nullptr) net::SharedBuffer::set_source(queue.dma_pool);
   // Idle sleeps of 10..N us: the default 50 us timer slack of a normal thread would dominate them.
   if (idle_.enabled()) prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
   ip_.set_arp_listener(&steer_);
@@ -277,6 +290,7 @@ CoreStack::CoreStack(reactor::Reactor& reactor, stats::CoreStats& stats, const c
 }
 
 CoreStack::~CoreStack() {
+  if (queue_.config().dma_pool != nullptr) net::SharedBuffer::set_source(nullptr);
   if (rx_wake_ != nullptr) rx_wake_->stats = nullptr;
   for (auto& c : g_cores) {
     CoreStack* self = this;

@@ -1,5 +1,7 @@
 #include "kernel-bypass/dpdk/port.hh"
 
+#include "kernel-bypass/dpdk/dma_buffers.hh"
+
 #include <rte_errno.h>
 #include <rte_ethdev.h>
 #include <rte_mbuf.h>
@@ -47,8 +49,10 @@ std::unique_ptr<Port> Port::open(const PortConfig& conf, std::string* err) {
   // RX interrupts only where each queue's fd is known to be pollable: net_tap's is the queue's tap fd itself.
   bool rx_intr = conf.rx_interrupts && p->driver_ == "net_tap";
   if (rx_intr) ec.intr_conf.rxq = 1;
-  bool by_reference = (info.tx_offload_capa & RTE_ETH_TX_OFFLOAD_MULTI_SEGS) != 0 &&
-                      (p->driver_ == "net_tap" || p->driver_ == "net_memif" || p->driver_ == "net_af_packet");
+  // Zero-copy TX needs chained mbufs. PMDs that copy frames out by virtual address take any memory; others
+  // (PCI NICs) DMA by IOVA and get payloads by reference only from DMA-able buffers (dma_buffers.hh).
+  bool by_reference = (info.tx_offload_capa & RTE_ETH_TX_OFFLOAD_MULTI_SEGS) != 0;
+  p->needs_iova_ = !(p->driver_ == "net_tap" || p->driver_ == "net_memif" || p->driver_ == "net_af_packet");
   if (p->tx_csum_) ec.txmode.offloads = tx_csum;
   if (by_reference) ec.txmode.offloads |= RTE_ETH_TX_OFFLOAD_MULTI_SEGS;
   if (p->rx_csum_) ec.rxmode.offloads = rx_csum;
@@ -71,16 +75,6 @@ std::unique_ptr<Port> Port::open(const PortConfig& conf, std::string* err) {
                                " MiB of DPDK memory: raise the eal -m MB or the hugepages)"));
     }
     p->pools_.push_back(mp);
-    if (!by_reference) continue;
-    // Attach mbufs: no data room, the shared-info block of the external buffer in the private area.
-    name = absl::StrCat("kosoku_p", conf.port_id, "a", c);
-    constexpr uint16_t kPriv = RTE_ALIGN(sizeof(rte_mbuf_ext_shared_info), RTE_MBUF_PRIV_ALIGN);
-    rte_mempool* ap = rte_pktmbuf_pool_create(name.c_str(), conf.mbufs_per_core, conf.mbuf_cache, kPriv, 0, socket);
-    if (ap == nullptr) {
-      return fail(absl::StrCat("rte_pktmbuf_pool_create(", name, "): ", rte_strerror(rte_errno),
-                               " (zero-copy TX attach mbufs: raise the eal -m MB or the hugepages)"));
-    }
-    p->attach_pools_.push_back(ap);
   }
   rte_eth_rxconf rxc = info.default_rxconf;
   rxc.offloads = ec.rxmode.offloads;
@@ -97,6 +91,7 @@ std::unique_ptr<Port> Port::open(const PortConfig& conf, std::string* err) {
   }
   if (int rc = rte_eth_dev_start(conf.port_id); rc != 0) return fail("rte_eth_dev_start: " + rc_text(rc));
   p->started_ = true;
+  if (by_reference) p->make_zero_copy_pools(socket);
   p->rx_intr_fds_.assign(p->pairs_, -1);
   for (uint16_t q = 0; rx_intr && q < p->pairs_; ++q) {
     int fd = rte_eth_dev_rx_intr_ctl_q_get_fd(conf.port_id, q);
@@ -124,6 +119,35 @@ std::unique_ptr<Port> Port::open(const PortConfig& conf, std::string* err) {
     for (int i = 0; i < nx; ++i) p->xstat_names_.emplace_back(names[static_cast<size_t>(i)].name);
   }
   return p;
+}
+
+void Port::make_zero_copy_pools(int socket) {
+  // After the queues: what DPDK memory is left goes to zero-copy TX, and a shortage only costs copies.
+  // Attach mbufs: no data room, the external buffer's rte_mbuf_ext_shared_info in the private area; enough for
+  // the TX descriptors and backlog in flight.
+  constexpr uint16_t kPriv = RTE_ALIGN(sizeof(rte_mbuf_ext_shared_info), RTE_MBUF_PRIV_ALIGN);
+  const unsigned attach = std::min<unsigned>(conf_.mbufs_per_core, 4095);
+  for (uint16_t c = 0; c < conf_.cores; ++c) {
+    std::string name = absl::StrCat("kosoku_p", conf_.port_id, "a", c);
+    rte_mempool* ap = rte_pktmbuf_pool_create(name.c_str(), attach, conf_.mbuf_cache, kPriv, 0, socket);
+    DmaBufferPool* dma = nullptr;
+    std::string err;
+    if (ap != nullptr && needs_iova_) {
+      dma = DmaBufferPool::create(absl::StrCat("kosoku_p", conf_.port_id, "d", c).c_str(), socket, &err);
+    }
+    if (ap == nullptr || (needs_iova_ && dma == nullptr)) {
+      if (ap != nullptr) rte_mempool_free(ap);
+      if (zero_copy_note_.empty()) {
+        zero_copy_note_ = ap == nullptr ? absl::StrCat("rte_pktmbuf_pool_create(", name, "): ", rte_strerror(rte_errno))
+                                        : err;
+      }
+      attach_pools_.push_back(nullptr);
+      dma_pools_.push_back(nullptr);
+      continue;
+    }
+    attach_pools_.push_back(ap);
+    dma_pools_.push_back(dma);
+  }
 }
 
 bool Port::program_rss(std::string* why) {
@@ -170,7 +194,9 @@ Port::~Port() {
     rte_eth_dev_close(conf_.port_id);
   }
   for (rte_mempool* mp : pools_) rte_mempool_free(mp);
-  for (rte_mempool* mp : attach_pools_) rte_mempool_free(mp);
+  for (rte_mempool* mp : attach_pools_) {
+    if (mp != nullptr) rte_mempool_free(mp);
+  }
 }
 
 stats::ExtraSection Port::stats_section() const {

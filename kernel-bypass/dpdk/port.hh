@@ -27,6 +27,8 @@ struct rte_mempool;
 
 namespace kosoku::dpdk {
 
+class DmaBufferPool;
+
 struct PortConfig {
   uint16_t port_id = 0;
   uint16_t cores = 1;               // worker loops (one queue pair each, if the port has enough)
@@ -58,10 +60,15 @@ class Port {
   uint16_t queue_pairs() const { return pairs_; }
   rte_mempool* pool(uint16_t core) const { return pools_[core]; }
   /// Zero-copy TX: core `core`'s pool of attach mbufs (QueueConfig::attach_pool), or null when payloads are
-  /// copied. There is one only where the PMD takes chained mbufs (RTE_ETH_TX_OFFLOAD_MULTI_SEGS) and copies
-  /// frames out by virtual address — net_tap (writev), net_memif, net_af_packet — since a kosoku buffer is
-  /// ordinary memory with no IOVA a device could DMA from (a PCI port such as virtio-net copies).
+  /// copied: the PMD does not take chained mbufs (RTE_ETH_TX_OFFLOAD_MULTI_SEGS), or DPDK memory was short
+  /// (zero_copy_note() says why).
   rte_mempool* attach_pool(uint16_t core) const { return core < attach_pools_.size() ? attach_pools_[core] : nullptr; }
+  /// True if the PMD fetches frames by IOVA (a PCI NIC; not net_tap, net_memif, net_af_packet, which copy by
+  /// virtual address): payloads go by reference only from DMA-able buffers, dma_pool(core)'s.
+  bool needs_iova() const { return needs_iova_; }
+  DmaBufferPool* dma_pool(uint16_t core) const { return core < dma_pools_.size() ? dma_pools_[core] : nullptr; }
+  /// Why zero-copy TX is off on some core (a pool could not be created), empty if it is not.
+  const std::string& zero_copy_note() const { return zero_copy_note_; }
   tcpip::MacAddr mac() const { return mac_; }
   /// IPv4 MTU in bytes (rte_eth_dev_get_mtu, 1500 if the PMD does not say).
   uint16_t mtu() const { return mtu_; }
@@ -92,10 +99,16 @@ class Port {
  private:
   explicit Port(const PortConfig& conf) : conf_(conf) {}
   bool program_rss(std::string* why);
+  void make_zero_copy_pools(int socket);
 
   PortConfig conf_;
   std::vector<rte_mempool*> pools_;
-  std::vector<rte_mempool*> attach_pools_;  // zero-copy TX, per core (empty: payloads are copied)
+  std::vector<rte_mempool*> attach_pools_;  // zero-copy TX, per core (empty or null: payloads are copied)
+  // Per core, with needs_iova_. Never freed: a buffer can come back to its pool after the port is gone (a
+  // connection's last reference dropped during exit); the memory goes with the process.
+  std::vector<DmaBufferPool*> dma_pools_;
+  bool needs_iova_ = false;
+  std::string zero_copy_note_;
   tcpip::MacAddr mac_;
   uint16_t mtu_ = 1500;
   std::string driver_;

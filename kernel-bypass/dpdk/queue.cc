@@ -96,8 +96,9 @@ void release_payload(void*, void* opaque) { static_cast<net::SharedBuffer*>(opaq
 void Queue::frame_send_payload(size_t len, net::SharedBuffer& buf, const uint8_t* payload, size_t payload_len) {
   rte_mbuf* m = building_;
   if (m == nullptr) return;
-  rte_mbuf* p = rte_pktmbuf_alloc(conf_.attach_pool);
-  if (p == nullptr) {  // no attach mbuf: copy (the data room holds a whole frame, frame_begin checked the MTU)
+  bool no_iova = conf_.payload_needs_iova && buf.iova() == net::SharedBuffer::kNoIova;
+  rte_mbuf* p = no_iova ? nullptr : rte_pktmbuf_alloc(conf_.attach_pool);
+  if (p == nullptr) {  // copy (the data room holds a whole frame, frame_begin checked the MTU)
     std::memcpy(rte_pktmbuf_mtod_offset(m, uint8_t*, len), payload, payload_len);
     ++stats_.tx_payload_copied;
     frame_send(len + payload_len);
@@ -109,9 +110,11 @@ void Queue::frame_send_payload(size_t len, net::SharedBuffer& buf, const uint8_t
   shinfo->fcb_opaque = &buf;
   rte_mbuf_ext_refcnt_set(shinfo, 1);
   buf.ref();
-  // No IOVA: attach pools exist only on ports whose PMD copies from buf_addr (Port::attach_pool).
-  rte_pktmbuf_attach_extbuf(p, const_cast<uint8_t*>(payload), RTE_BAD_IOVA, static_cast<uint16_t>(payload_len),
-                            shinfo);
+  // The IOVA matters only to a PMD that DMAs (the buffer's blocks are IOVA-contiguous); the others copy from
+  // buf_addr.
+  uint64_t offset = static_cast<uint64_t>(reinterpret_cast<const char*>(payload) - buf.data());
+  rte_iova_t iova = conf_.payload_needs_iova ? buf.iova() + offset : RTE_BAD_IOVA;
+  rte_pktmbuf_attach_extbuf(p, const_cast<uint8_t*>(payload), iova, static_cast<uint16_t>(payload_len), shinfo);
   p->data_len = static_cast<uint16_t>(payload_len);
   p->pkt_len = static_cast<uint32_t>(payload_len);
   m->data_len = static_cast<uint16_t>(len);

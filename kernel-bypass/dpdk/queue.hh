@@ -16,7 +16,9 @@
 // TCP segment — bytes of a net::SharedBuffer the TCB holds, i.e. file data as io_uring read it — behind the
 // header frame as an external-buffer mbuf (rte_pktmbuf_attach_extbuf; its rte_mbuf_ext_shared_info lives in the
 // attach mbuf's private area, so nothing is allocated per frame) holding one reference to the buffer, dropped
-// by the free callback when the PMD frees the frame. If the attach pool is empty the payload is copied instead.
+// by the free callback when the PMD frees the frame. If the attach pool is empty the payload is copied instead,
+// and on a PMD that fetches by IOVA (payload_needs_iova: a PCI NIC) also when the buffer has no IOVA (it came
+// from malloc because the core's DmaBufferPool was empty; dma_buffers.hh).
 // A core without a TX queue enqueues its bursts on its tx ring instead (steering.hh); its TX core sends them.
 // TX backpressure, so that TCP holds new data instead of the link losing frames it must then retransmit:
 // - Through the relay ring: frames the ring refuses are freed at once and counted in tx_refused; tx_room()
@@ -46,6 +48,8 @@ struct rte_ring;
 
 namespace kosoku::dpdk {
 
+class DmaBufferPool;
+
 /// Per-queue counters (plain fields, owning core only).
 struct QueueStats {
   uint64_t rx_packets = 0, rx_bursts = 0, rx_multiseg_dropped = 0;
@@ -58,7 +62,8 @@ struct QueueStats {
   uint64_t rx_l4_checksum_good = 0, rx_l4_checksum_bad = 0;  // verdicts of the port (RX offload)
   uint64_t tx_checksum_offloaded = 0;                        // frames whose checksums the port completes
   uint64_t tx_payload_by_reference = 0;  // frames whose TCP payload went by reference (zero-copy TX)
-  uint64_t tx_payload_copied = 0;        // of those asked for by reference, copied: the attach pool was empty
+  uint64_t tx_payload_copied = 0;        // of those asked for by reference, copied: the attach pool was empty,
+                                         // or the PMD needs an IOVA and the buffer has none (DMA pool empty)
 };
 
 /// Where one core's Queue sends and receives (see the header comment).
@@ -77,6 +82,10 @@ struct QueueConfig {
   /// private area, chained behind a header frame to carry payload bytes by reference; null: payloads are
   /// copied. Only for a TX queue of the core's own (the mbufs are freed, and the buffers unref'd, on it).
   rte_mempool* attach_pool = nullptr;
+  /// The PMD fetches frames by IOVA (Port::needs_iova): a payload goes by reference only from a buffer with an
+  /// IOVA (SharedBuffer::iova, from `dma_pool`, which the core's SharedBuffers come from first); others are copied.
+  bool payload_needs_iova = false;
+  DmaBufferPool* dma_pool = nullptr;
   /// PortConfig::tx_descriptors' default: the backlog when the PMD does not report its descriptor count.
   static constexpr uint32_t kDefaultTxBacklog = 1024;
   /// With a TX queue of its own: the most frames the PMD refused that are kept for the next flush (the TX

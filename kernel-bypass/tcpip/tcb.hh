@@ -10,8 +10,8 @@
 // taken yet (waiting bytes, plus any committed overshoot of the limit); on_writable fires when an ACK lets it
 // drop to the low-water mark.
 // A segment's payload is found through a cursor (no per-segment allocation). If it is at least 1 KiB of one
-// shared buffer and the link can chain external buffers (PacketIO::tx_payload_by_reference: dpdk::Queue on
-// net_tap, net_memif, net_af_packet), it goes by reference — zero-copy from the io_uring read to the PMD;
+// shared buffer and the link can chain external buffers (PacketIO::tx_payload_by_reference: dpdk::Queue on a
+// port whose PMD takes chained mbufs), it goes by reference — zero-copy from the io_uring read to the PMD;
 // otherwise it is copied from the send buffer into the frame. In flight ≤ min(cwnd, peer window, send_window_bytes), where with SACK the octets
 // the peer SACKed do not count against cwnd (the pipe, RFC 6675: in recovery, and before it while no loss is
 // marked — a late reordered segment does not stop the ACK clock; Tcb::output()).

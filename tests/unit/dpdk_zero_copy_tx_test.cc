@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/net/shared_buffer.hh"
+#include "kernel-bypass/dpdk/dma_buffers.hh"
 #include "kernel-bypass/dpdk/queue.hh"
 #include "tests/unit/dpdk_net_ring_port.hh"
 
@@ -121,6 +122,54 @@ TEST(DpdkZeroCopyTx, EmptyAttachPoolFallsBackToACopy) {
   }
   rte_pktmbuf_free(taken);
   buf->unref();
+  rte_mempool_free(ap);
+}
+
+// A PMD that DMAs (payload_needs_iova, a PCI port): a payload of a DMA-able buffer (from DmaBufferPool, a real
+// mempool) is attached with its IOVA, the buffer's plus the offset; one of ordinary memory is copied.
+TEST(DpdkZeroCopyTx, DmaPortsTakePayloadsByReferenceOnlyWithAnIova) {
+  NetRingPort p(64);
+  ASSERT_TRUE(p.started) << p.error;
+  rte_mempool* ap = attach_pool(63);
+  ASSERT_NE(ap, nullptr);
+  std::string err;
+  DmaBufferPool* dma = DmaBufferPool::create("zcdma", SOCKET_ID_ANY, &err);
+  ASSERT_NE(dma, nullptr) << err;
+  net::SharedBuffer::set_source(dma);
+  net::SharedBuffer* with_iova = net::SharedBuffer::make(256 * 1024);
+  net::SharedBuffer::set_source(nullptr);
+  EXPECT_EQ(dma->available(), DmaBufferPool::kBlocks - 1);
+  if (with_iova->iova() == net::SharedBuffer::kNoIova) {
+    with_iova->unref();
+    delete dma;
+    rte_mempool_free(ap);
+    GTEST_SKIP() << "this EAL gives mempool objects no IOVA";
+  }
+  net::SharedBuffer* plain = patterned(3);
+  {
+    QueueConfig qc = p.queue_config(0);
+    qc.attach_pool = ap;
+    qc.payload_needs_iova = true;
+    Queue q(qc);
+    send_one(q, *with_iova);
+    send_one(q, *plain);
+    EXPECT_EQ(q.stats().tx_payload_by_reference, 1u);
+    EXPECT_EQ(q.stats().tx_payload_copied, 1u);
+    void* obj[2] = {};
+    ASSERT_EQ(rte_ring_sc_dequeue_bulk(p.tx, obj, 2, nullptr), 2u);
+    auto* m = static_cast<rte_mbuf*>(obj[0]);
+    ASSERT_EQ(m->nb_segs, 2);
+    EXPECT_EQ(rte_pktmbuf_iova(m->next), with_iova->iova() + 100);
+    EXPECT_EQ(with_iova->refs(), 2u);
+    EXPECT_EQ(static_cast<rte_mbuf*>(obj[1])->nb_segs, 1);
+    EXPECT_EQ(plain->refs(), 1u);
+    rte_pktmbuf_free(m);
+    rte_pktmbuf_free(static_cast<rte_mbuf*>(obj[1]));
+  }
+  with_iova->unref();  // back to its pool
+  EXPECT_EQ(dma->available(), DmaBufferPool::kBlocks);
+  plain->unref();
+  delete dma;
   rte_mempool_free(ap);
 }
 

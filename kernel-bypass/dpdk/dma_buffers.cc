@@ -1,0 +1,41 @@
+#include "kernel-bypass/dpdk/dma_buffers.hh"
+
+#include <rte_errno.h>
+#include <rte_mempool.h>
+
+#include <string>
+
+#include "absl/strings/str_cat.h"
+
+namespace kosoku::dpdk {
+
+DmaBufferPool* DmaBufferPool::create(const char* name, int socket, std::string* err) {
+  // No per-lcore cache: 16 blocks are too few to spread over caches, and take/give run on one core.
+  rte_mempool* mp = rte_mempool_create(name, kBlocks, kBlockBytes, 0, 0, nullptr, nullptr, nullptr, nullptr, socket, 0);
+  if (mp == nullptr) {
+    if (err != nullptr) {
+      *err = absl::StrCat("rte_mempool_create(", name, ", ", kBlocks, " x ", kBlockBytes, " B): ", rte_strerror(rte_errno));
+    }
+    return nullptr;
+  }
+  return new DmaBufferPool(mp);
+}
+
+DmaBufferPool::~DmaBufferPool() { rte_mempool_free(mp_); }
+
+void* DmaBufferPool::take(uint64_t* iova) {
+  void* obj = nullptr;
+  if (rte_mempool_get(mp_, &obj) != 0) return nullptr;
+  *iova = rte_mempool_virt2iova(obj);
+  if (*iova == RTE_BAD_IOVA) {  // no IOVA known for this memory: of no use to a device
+    rte_mempool_put(mp_, obj);
+    return nullptr;
+  }
+  return obj;
+}
+
+void DmaBufferPool::give(void* block) { rte_mempool_put(mp_, block); }
+
+unsigned DmaBufferPool::available() const { return rte_mempool_avail_count(mp_); }
+
+}  // namespace kosoku::dpdk
