@@ -1,5 +1,5 @@
 // `network kernel|dpdk;` and `dpdk { eal ...; address ...; gateway ...; idle_sleep ...; congestion_control ...;
-// rto_min ...; }` (main context): the network backend (config/network_conf.hh). The dpdk block's body is read
+// rto_min ...; tx_zero_copy ...; tx_zero_copy_buffers ...; }` (main context): the network backend (config/network_conf.hh). The dpdk block's body is read
 // here and not through Builder::walk because its `address`/`gateway` share their names with the appliance
 // block's rows (names are unique across tables); the same generic errors are produced (unknown directive, `;`
 // vs `{`, argument count, duplicates).
@@ -66,7 +66,9 @@ bool set_dpdk_child(Builder& b, DpdkConf& c, const Directive& d, Seen& seen) {
                                   {"gateway", kTake1, false},
                                   {"idle_sleep", kTake1, false},
                                   {"congestion_control", kTake1, false},
-                                  {"rto_min", kTake1, false}};
+                                  {"rto_min", kTake1, false},
+                                  {"tx_zero_copy", kTake1, false},
+                                  {"tx_zero_copy_buffers", kTake1, false}};
   const Row* row = nullptr;
   for (const Row& r : kRows) row = r.name == d.name ? &r : row;
   if (row == nullptr) return b.fail(d.loc, absl::StrCat("unknown directive ", quoted(d.name)));
@@ -101,6 +103,17 @@ bool set_dpdk_child(Builder& b, DpdkConf& c, const Directive& d, Seen& seen) {
     std::optional<uint64_t> ms = parse_time_ms(v);
     if (!ms || *ms == 0 || *ms > 60'000) return fail_invalid_value(b, d, 0, ", it must be 1ms..60s (\"200ms\")");
     c.rto_min_ms = static_cast<uint32_t>(*ms);
+    return true;
+  }
+  if (d.name == "tx_zero_copy") {
+    if (v != "on" && v != "off") return fail_invalid_value(b, d, 0, ", it must be \"on\" or \"off\"");
+    c.tx_zero_copy = v == "on";
+    return true;
+  }
+  if (d.name == "tx_zero_copy_buffers") {
+    std::optional<uint64_t> n = parse_number(v, 4096);
+    if (!n || *n == 0) return fail_invalid_value(b, d, 0, ", it must be 1..4096");
+    c.tx_zero_copy_buffers = static_cast<uint32_t>(*n);
     return true;
   }
   if (d.name == "gateway") {

@@ -8,6 +8,8 @@
 //       gateway 10.99.0.1;        # optional: next hop for off-link destinations
 //       idle_sleep 200us;         # optional: idle back-off cap (1us..10ms, a bare number is ms, or off =
 //                                 # busy-poll); default 200us
+//       tx_zero_copy on;          # optional: file payloads leave by reference (default on; off: copied)
+//       tx_zero_copy_buffers 16;  # optional: DMA-able 256 KiB buffers per core on a PCI NIC (1..4096)
 //   }
 //
 // idle_sleep: a worker that found nothing to do (no frame received or sent, nothing from the other cores,
@@ -70,6 +72,10 @@ struct DpdkConf {
   TcpCongestionControl congestion_control = TcpCongestionControl::kCubic;  // `congestion_control cubic|reno;`
   uint32_t rto_min_ms = 200;         // `rto_min 200ms;` RFC 6298 §2.4 floor on the RTO (Linux route rto_min),
                                      // 1 ms .. 60 s
+  // Zero-copy TX (kernel-bypass/dpdk/queue.hh, dma_buffers.hh):
+  bool tx_zero_copy = true;            // `tx_zero_copy on|off;` file payloads by reference where the port can
+  uint32_t tx_zero_copy_buffers = 16;  // `tx_zero_copy_buffers N;` DMA-able 256 KiB buffers per core on a port
+                                       // that fetches by IOVA (a PCI NIC), 1..4096 (hugepage memory: N × 256 KiB)
 };
 
 struct NetworkConf {

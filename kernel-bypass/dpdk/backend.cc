@@ -146,6 +146,8 @@ int start_backend(const config::MainConf& conf, std::string* err, std::string* n
   pc.port_id = rte_eth_find_next_owned_by(0, RTE_ETH_DEV_NO_OWNER);
   pc.cores = static_cast<uint16_t>(std::clamp(conf.worker_processes, 1, kMaxCores));
   pc.rx_interrupts = true;  // net_tap: the queue fd, for the idle sleep's wake
+  pc.tx_zero_copy = conf.network.dpdk.tx_zero_copy;
+  pc.dma_buffers_per_core = conf.network.dpdk.tx_zero_copy_buffers;
   g_port = Port::open(pc, err);
   if (g_port == nullptr) return -EINVAL;
   g_flows = std::make_unique<FlowSteering>(pc.cores, g_port->rss_programmed() ? g_port->reta_size() : 128);
@@ -162,7 +164,8 @@ int start_backend(const config::MainConf& conf, std::string* err, std::string* n
                                                     : absl::StrCat("software flow steering (", g_port->rss_note(), ")"),
                          "; checksums: TX ", g_port->tx_checksum_offload() ? "offloaded" : "software", ", RX ",
                          g_port->rx_checksum_offload() ? "offloaded" : "software", "; TX payloads ",
-                         g_port->attach_pool(0) == nullptr
+                         !conf.network.dpdk.tx_zero_copy ? "copied (tx_zero_copy off)"
+                         : g_port->attach_pool(0) == nullptr
                              ? absl::StrCat("copied", g_port->zero_copy_note().empty() ? "" : " (",
                                             g_port->zero_copy_note(), g_port->zero_copy_note().empty() ? "" : ")")
                          : g_port->needs_iova() ? "by reference from DMA-able buffers (zero-copy)"

@@ -9,12 +9,13 @@
 
 namespace kosoku::dpdk {
 
-DmaBufferPool* DmaBufferPool::create(const char* name, int socket, std::string* err) {
-  // No per-lcore cache: 16 blocks are too few to spread over caches, and take/give run on one core.
-  rte_mempool* mp = rte_mempool_create(name, kBlocks, kBlockBytes, 0, 0, nullptr, nullptr, nullptr, nullptr, socket, 0);
+DmaBufferPool* DmaBufferPool::create(const char* name, int socket, unsigned blocks, std::string* err) {
+  // No per-lcore cache: take/give run on the one core that owns the pool.
+  rte_mempool* mp = rte_mempool_create(name, blocks, kBlockBytes, 0, 0, nullptr, nullptr, nullptr, nullptr, socket, 0);
   if (mp == nullptr) {
     if (err != nullptr) {
-      *err = absl::StrCat("rte_mempool_create(", name, ", ", kBlocks, " x ", kBlockBytes, " B): ", rte_strerror(rte_errno));
+      *err = absl::StrCat("rte_mempool_create(", name, ", ", blocks, " x ", kBlockBytes, " B): ", rte_strerror(rte_errno),
+                          " (tx_zero_copy_buffers: lower it or raise the hugepages)");
     }
     return nullptr;
   }

@@ -1,7 +1,8 @@
 // DMA-able blocks for net::SharedBuffer on a port whose PMD reads frames by IOVA (a PCI NIC: virtio-net under
 // uio_pci_generic in the appliance). Zero-copy TX chains a payload to its header frame by address (queue.hh);
 // a device can only fetch it if the bytes are in DPDK memory with a known IOVA. One rte_mempool per core of
-// kBlocks blocks of kBlockBytes (256 KiB of data, core/static's largest read, plus the SharedBuffer header);
+// `tx_zero_copy_buffers` (dpdk block, default 16: 4 MiB, a 4 MiB send buffer's worth, one fast download)
+// blocks of kBlockBytes (256 KiB of data, core/static's largest read, plus the SharedBuffer header);
 // mempool objects are IOVA-contiguous. When a core's pool is empty, SharedBuffer::make mallocs and those
 // payloads are copied into the mbuf as before (Queue counts them in tx_payload_copied).
 #pragma once
@@ -19,12 +20,9 @@ namespace kosoku::dpdk {
 class DmaBufferPool final : public net::SharedBuffer::Source {
  public:
   static constexpr size_t kBlockBytes = 256 * 1024 + 64;
-  /// Blocks per core: 4 MiB of hugepage memory, a 4 MiB send buffer's worth (one fast download); more
-  /// concurrent bytes in flight fall back to copies. The appliance reserves 64 MiB of hugepages in all.
-  static constexpr unsigned kBlocks = 16;
 
-  /// Creates the pool on `socket`; null (and *err says why) if DPDK memory is short.
-  static DmaBufferPool* create(const char* name, int socket, std::string* err);
+  /// Creates a pool of `blocks` blocks on `socket`; null (and *err says why) if DPDK memory is short.
+  static DmaBufferPool* create(const char* name, int socket, unsigned blocks, std::string* err);
   ~DmaBufferPool();
   DmaBufferPool(const DmaBufferPool&) = delete;
   DmaBufferPool& operator=(const DmaBufferPool&) = delete;

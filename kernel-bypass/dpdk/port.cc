@@ -51,7 +51,7 @@ std::unique_ptr<Port> Port::open(const PortConfig& conf, std::string* err) {
   if (rx_intr) ec.intr_conf.rxq = 1;
   // Zero-copy TX needs chained mbufs. PMDs that copy frames out by virtual address take any memory; others
   // (PCI NICs) DMA by IOVA and get payloads by reference only from DMA-able buffers (dma_buffers.hh).
-  bool by_reference = (info.tx_offload_capa & RTE_ETH_TX_OFFLOAD_MULTI_SEGS) != 0;
+  bool by_reference = conf.tx_zero_copy && (info.tx_offload_capa & RTE_ETH_TX_OFFLOAD_MULTI_SEGS) != 0;
   p->needs_iova_ = !(p->driver_ == "net_tap" || p->driver_ == "net_memif" || p->driver_ == "net_af_packet");
   if (p->tx_csum_) ec.txmode.offloads = tx_csum;
   if (by_reference) ec.txmode.offloads |= RTE_ETH_TX_OFFLOAD_MULTI_SEGS;
@@ -133,7 +133,8 @@ void Port::make_zero_copy_pools(int socket) {
     DmaBufferPool* dma = nullptr;
     std::string err;
     if (ap != nullptr && needs_iova_) {
-      dma = DmaBufferPool::create(absl::StrCat("kosoku_p", conf_.port_id, "d", c).c_str(), socket, &err);
+      dma = DmaBufferPool::create(absl::StrCat("kosoku_p", conf_.port_id, "d", c).c_str(), socket,
+                                  conf_.dma_buffers_per_core, &err);
     }
     if (ap == nullptr || (needs_iova_ && dma == nullptr)) {
       if (ap != nullptr) rte_mempool_free(ap);

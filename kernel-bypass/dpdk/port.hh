@@ -38,6 +38,8 @@ struct PortConfig {
   uint32_t mbuf_cache = 256;        // per-lcore mempool cache
   bool promiscuous = true;          // tap/virtio may filter unicast otherwise
   bool checksum_offload = true;     // use the port's IPv4/TCP checksum offloads when it offers them
+  bool tx_zero_copy = true;         // attach pools (and on a PCI port DMA-able buffers) for payloads by reference
+  uint32_t dma_buffers_per_core = 16;  // DmaBufferPool size on a port that fetches by IOVA
   bool rx_interrupts = false;       // RX queue interrupts (intr_conf.rxq) where the PMD is known to give each
                                     // queue a pollable fd (net_tap: the queue's tap fd): an idle worker sleeps
                                     // until a frame arrives, and an empty burst on a readable queue raises the

@@ -226,3 +226,12 @@ def test_one_queue_pair_for_two_workers_relays_rx_and_tx(relay_rig):
     # the waits) and resumes when worker 0 has drained it, so the ring refuses nothing.
     assert ("dpdk_tcp_tx_blocked_total", "1") in m, m
     assert m[("dpdk_queue_tx_refused_total", "1")] == 0, m
+    # Zero-copy TX: worker 0 owns the TX queue (an attach pool; af_packet copies frames out by address, and
+    # without checksum offload the TCP checksum is summed over header and payload in software); worker 1's
+    # frames are relayed through a ring, so its payloads are copied. The 8 MiB body went by reference if worker
+    # 0 served it (byte-exact above, so the software checksums were right).
+    assert m[("dpdk_queue_tx_payload_by_reference_total", "1")] == 0, m
+    print(f"af_packet relay: worker 0 sent {st['cores'][0]['bytes']['out']} B, "
+          f"{m[('dpdk_queue_tx_payload_by_reference_total', '0')]:.0f} frames with the payload by reference")
+    if st["cores"][0]["bytes"]["out"] > 8 << 20:
+        assert m[("dpdk_queue_tx_payload_by_reference_total", "0")] > (7 << 20) // 1448, m

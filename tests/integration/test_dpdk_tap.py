@@ -95,9 +95,10 @@ class TapRig:
     locations), `http_extra` to the http block (e.g. upstreams)."""
 
     def __init__(self, base: Path, k: int, workers: int = 1, server_extra: str = "", http_extra: str = "",
-                 link: str = "tap"):
+                 link: str = "tap", dpdk_extra: str = ""):
         self.base, self.k = base, k
         self.workers, self.server_extra, self.http_extra = workers, server_extra, http_extra
+        self.dpdk_extra = dpdk_extra
         self.link = link
         self.iface, self.ns = f"dtap{k}", f"kosoku-dt{k}"
         # link "af_packet": a veth pair between two namespaces; kosoku runs in `kns` with net_af_packet (one
@@ -125,7 +126,7 @@ dpdk {{
     eal -l 0 --no-huge -m {64 + 64 * self.workers} --no-shconf --no-pci --no-telemetry --log-level=notice
         --vdev={self.vdev()};
     address {self.addr}/24;
-}}
+{self.dpdk_extra}}}
 http {{
     access_log off;
     keepalive_requests 100000;

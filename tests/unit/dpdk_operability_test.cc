@@ -123,6 +123,24 @@ TEST(DpdkConfig, TcpTunables) {
             "t.conf:7:5: \"rto_min\" directive is duplicate");
 }
 
+TEST(DpdkConfig, TxZeroCopy) {
+  // `tx_zero_copy on|off;` (default on) and `tx_zero_copy_buffers N;` (DMA-able 256 KiB buffers per core on a
+  // PCI port, default 16, 1..4096).
+  config::LoadResult r = config::load_from_string(dpdk_conf("-l 0 --no-huge"), "t.conf");
+  ASSERT_TRUE(r.ok()) << r.error.message;
+  EXPECT_TRUE(r.conf->network.dpdk.tx_zero_copy);
+  EXPECT_EQ(r.conf->network.dpdk.tx_zero_copy_buffers, 16u);
+  r = config::load_from_string(dpdk_conf("-l 0", "    tx_zero_copy off;\n    tx_zero_copy_buffers 64;\n"), "t.conf");
+  ASSERT_TRUE(r.ok()) << r.error.message;
+  EXPECT_FALSE(r.conf->network.dpdk.tx_zero_copy);
+  EXPECT_EQ(r.conf->network.dpdk.tx_zero_copy_buffers, 64u);
+  EXPECT_EQ(load_error(dpdk_conf("-l 0", "    tx_zero_copy yes;\n")),
+            "t.conf:6:18: invalid value \"yes\" in \"tx_zero_copy\" directive, it must be \"on\" or \"off\"");
+  EXPECT_EQ(load_error(dpdk_conf("-l 0", "    tx_zero_copy_buffers 0;\n")),
+            "t.conf:6:26: invalid value \"0\" in \"tx_zero_copy_buffers\" directive, it must be 1..4096");
+  EXPECT_EQ(load_error(dpdk_conf("-l 0", "    tx_zero_copy_buffers 4097;\n")).substr(0, 13), "t.conf:6:26: ");
+}
+
 TEST(DpdkConfig, EalArgumentsThatEalAccepts) {
   // The forms the repository's configs, tests and benches use.
   for (const char* eal : {
