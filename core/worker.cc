@@ -17,6 +17,7 @@
 #include "core/http/access_logger.hh"
 #include "core/http/connection.hh"
 #include "core/net/kernel_stack.hh"
+#include "core/net/shared_buffer.hh"
 #include "core/net/stack_factory.hh"
 #include "core/proxy/proxy_handler.hh"
 #include "core/reactor/reactor.hh"
@@ -128,6 +129,7 @@ void Worker::join() {
 
 void Worker::run() {
   base::set_log_core(core_);
+  net::SharedBuffer::set_stats(&stats_.shared_buffers, &stats_.shared_buffer_bytes);
   if (cpu_ >= 0) {
     cpu_set_t set;
     CPU_ZERO(&set);

@@ -22,6 +22,14 @@ struct Cache {
 };
 thread_local Cache t_cache;
 thread_local SharedBuffer::Source* t_source = nullptr;
+thread_local uint64_t* t_live_buffers = nullptr;
+thread_local uint64_t* t_live_bytes = nullptr;
+
+void count_live(int64_t delta, size_t bytes) {
+  if (t_live_buffers == nullptr) return;
+  *t_live_buffers += static_cast<uint64_t>(delta);
+  *t_live_bytes += static_cast<uint64_t>(delta * static_cast<int64_t>(bytes));
+}
 constexpr size_t kSourceMin = 64 * 1024;  // smaller buffers (small files) are not worth a DMA block
 
 // The size class of `capacity`, or kClasses if it is too big to be cached.
@@ -35,6 +43,11 @@ unsigned class_of(size_t capacity) {
 
 void SharedBuffer::set_source(Source* source) { t_source = source; }
 
+void SharedBuffer::set_stats(uint64_t* buffers, uint64_t* bytes) {
+  t_live_buffers = buffers;
+  t_live_bytes = bytes;
+}
+
 SharedBuffer* SharedBuffer::make(size_t capacity) {
   if (capacity == 0) capacity = 1;
   if (Source* src = t_source;
@@ -46,6 +59,7 @@ SharedBuffer* SharedBuffer::make(size_t capacity) {
       b->data_ = static_cast<char*>(mem) + sizeof(SharedBuffer);
       b->source_ = src;
       b->iova_ = iova + sizeof(SharedBuffer);
+      count_live(1, b->cap_);
       return b;
     }
   }
@@ -59,6 +73,7 @@ SharedBuffer* SharedBuffer::make(size_t capacity) {
     cache.bytes -= b->cap_;
     b->next_ = nullptr;
     b->refs_ = 1;
+    count_live(1, b->cap_);
     return b;
   }
   size_t cap = c < kClasses ? size_t{1} << (c + kMinShift) : capacity;
@@ -67,10 +82,12 @@ SharedBuffer* SharedBuffer::make(size_t capacity) {
   auto* b = new (mem) SharedBuffer();
   b->cap_ = static_cast<uint32_t>(cap);
   b->data_ = static_cast<char*>(mem) + sizeof(SharedBuffer);
+  count_live(1, cap);
   return b;
 }
 
 void SharedBuffer::release() {
+  count_live(-1, cap_);
   if (Source* src = source_) {
     this->~SharedBuffer();
     src->give(this);

@@ -55,6 +55,9 @@ class SharedBuffer {
   /// The IOVA of data()[0] (the bytes are IOVA-contiguous), or kNoIova: ordinary memory, no device can DMA it.
   uint64_t iova() const { return iova_; }
 
+  /// Counts the calling core's live buffers and their bytes (capacity) in *buffers / *bytes (the core's
+  /// stats::CoreStats gauges, `shared_buffers` in the status JSON); null: not counted.
+  static void set_stats(uint64_t* buffers, uint64_t* bytes);
   /// The calling core's cache: buffers held and their bytes (for tests and memory accounting).
   static size_t cached_buffers();
   static size_t cached_bytes();

@@ -40,9 +40,7 @@ class StaticState final : public http::ContentState,
                           public disk::DiskCallback {
  public:
   explicit StaticState(http::Exchange& ex) : ex_(ex) {}
-  ~StaticState() override {
-    if (buf_ != nullptr) buf_->unref();
-  }
+  ~StaticState() override { release_buffer(); }
 
   void start();
 
@@ -91,6 +89,11 @@ class StaticState final : public http::ContentState,
     }
   }
   void fail_open(int error);
+  void release_buffer() {
+    if (buf_ != nullptr) buf_->unref();
+    buf_ = nullptr;
+    buf_off_ = 0;
+  }
   std::string map_uri(std::string_view uri, bool* ok) const;
   void internal_redirect(std::string_view uri);
 
@@ -387,6 +390,7 @@ void StaticState::pump() {
   while (streaming_ && !read_in_flight_) {
     if (piece_ >= pieces_.size()) {
       streaming_ = false;
+      release_buffer();  // an idle keep-alive connection holds no buffer (nor a DMA block of the port's pool)
       ex_.finish();
       return;
     }

@@ -54,6 +54,10 @@ struct CoreStats {
   uint64_t ofc_entries = 0;  // gauge
   // disk queues, one per configured disk_queue, in MainConf::disk_queues order
   std::vector<DiskQueueStats> disk;
+  // net::SharedBuffers made on this core and alive (file data read for the network and not yet sent and
+  // acknowledged): gauges
+  uint64_t shared_buffers = 0;
+  uint64_t shared_buffer_bytes = 0;
   // loop
   uint64_t loop_iterations = 0;
   uint64_t start_time_s = 0;

@@ -55,6 +55,8 @@ void add_core(CoreStats& dst, const CoreStats& src) {
   dst.ofc_misses += src.ofc_misses;
   dst.ofc_entries += src.ofc_entries;
   dst.loop_iterations += src.loop_iterations;
+  dst.shared_buffers += src.shared_buffers;
+  dst.shared_buffer_bytes += src.shared_buffer_bytes;
   if (src.start_time_s != 0 && (dst.start_time_s == 0 || src.start_time_s < dst.start_time_s)) {
     dst.start_time_s = src.start_time_s;
   }
@@ -220,7 +222,9 @@ void json_body(std::string& out, const CoreStats& c) {
     absl::StrAppend(&out, "\"", av(kResponseClass[i]), "\":", c.responses[i]);
   }
   absl::StrAppend(&out, "},\"open_file_cache\":{\"hits\":", c.ofc_hits, ",\"misses\":", c.ofc_misses,
-                  ",\"entries\":", c.ofc_entries, "},\"loop_iterations\":", c.loop_iterations, ",\"disk_queues\":[");
+                  ",\"entries\":", c.ofc_entries, "},\"shared_buffers\":{\"buffers\":", c.shared_buffers,
+                  ",\"bytes\":", c.shared_buffer_bytes, "},\"loop_iterations\":", c.loop_iterations,
+                  ",\"disk_queues\":[");
   bool first = true;
   for (const DiskQueueStats& q : c.disk) {
     if (!first) out.push_back(',');

@@ -284,6 +284,42 @@ def test_file_payloads_leave_by_reference(rig):
     assert copied == 0
 
 
+# argv: host, port, path, body length. Downloads `path` on a keep-alive connection, keeps it open (idle), and
+# after 0.5 s prints the /status JSON fetched on a second connection.
+KEEPALIVE_THEN_STATUS = r"""
+import socket, sys, time
+host, port, path, n = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+def get(s, target, close):
+    s.sendall(f"GET {target} HTTP/1.1\r\nHost: t\r\n{'Connection: close' if close else ''}\r\n\r\n".encode())
+keep = socket.create_connection((host, port), timeout=60)
+get(keep, path, False)
+data = b""
+while b"\r\n\r\n" not in data or len(data) - data.index(b"\r\n\r\n") - 4 < n:
+    chunk = keep.recv(1 << 16)
+    assert chunk, "closed early"
+    data += chunk
+time.sleep(0.5)
+st = socket.create_connection((host, port), timeout=60)
+get(st, "/status?format=json", True)
+out = b""
+while chunk := st.recv(1 << 16):
+    out += chunk
+print(out.split(b"\r\n\r\n", 1)[1].decode())
+keep.close()
+"""
+
+
+def test_idle_keepalive_connection_holds_no_file_buffer(rig):
+    """The file buffers of a response (net::SharedBuffer) are gone once it is sent and acknowledged, even while
+    its keep-alive connection stays open: the static handler lets go of its read buffer when the response is
+    complete, the TCB of each acknowledged block, net_tap of each frame as it writes it."""
+    out = rig.ns_run("python3", "-c", KEEPALIVE_THEN_STATUS, rig.addr, str(PORT), "/32m.bin", str(32 << 20),
+                     timeout=120).stdout
+    st = json.loads(out)
+    assert st["connections"]["active"] >= 2, st["connections"]  # the idle keep-alive connection and /status
+    assert st["shared_buffers"] == {"buffers": 0, "bytes": 0}, st["shared_buffers"]
+
+
 def test_byte_exact_wget(rig):
     for name in ("1k.bin", "1m.bin"):
         assert rig.fetch_sha256(name, "wget") == rig.digests[name], name

@@ -62,6 +62,27 @@ TEST(SharedBuffer, LastUnrefReturnsTheBufferToTheCoreCache) {
   EXPECT_EQ(SharedBuffer::cached_bytes(), 0u);
 }
 
+TEST(SharedBuffer, LiveBuffersAreCountedInTheCoreStats) {
+  uint64_t buffers = 0, bytes = 0;
+  SharedBuffer::set_stats(&buffers, &bytes);
+  SharedBuffer* a = SharedBuffer::make(20 * 1000);  // 32 KiB class
+  SharedBuffer* b = SharedBuffer::make(300 * 1000);  // exact
+  EXPECT_EQ(buffers, 2u);
+  EXPECT_EQ(bytes, 32u * 1024 + 300 * 1000);
+  a->ref();
+  a->unref();
+  EXPECT_EQ(buffers, 2u);
+  a->unref();  // to the cache: not alive any more
+  b->unref();
+  EXPECT_EQ(buffers, 0u);
+  EXPECT_EQ(bytes, 0u);
+  SharedBuffer* c = SharedBuffer::make(20 * 1000);  // from the cache: alive again
+  EXPECT_EQ(buffers, 1u);
+  c->unref();
+  SharedBuffer::set_stats(nullptr, nullptr);
+  SharedBuffer::trim_cache();
+}
+
 TEST(SharedBuffer, LargeBuffersComeFromTheSourceWithTheirIova) {
   ArraySource src(2);
   SharedBuffer::set_source(&src);
