@@ -7,6 +7,7 @@ Shared-cases covered here: C01 B, C02 C, C19 2 (../shared/cases/http-conformance
 """
 from __future__ import annotations
 
+import bisect
 import collections
 import hashlib
 import json
@@ -15,6 +16,7 @@ import socket
 import threading
 import time
 import urllib.parse
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -774,6 +776,25 @@ def origins_on_one_connection(env: Env, prefix: str, n: int) -> list[str]:
     return out
 
 
+def ketama_pick(servers: list[str], keys: list[str]) -> list[int]:
+    """nginx's `hash KEY consistent` (Cache::Memcached::Fast's ketama): 160 points per server, each
+    crc32(HOST "\\0" PORT PREV_HASH) with the previous point's hash little-endian; a key goes to the first point at
+    or above crc32(key), wrapping around. Returns the index of each key's server."""
+    points: dict[int, int] = {}
+    for idx, name in enumerate(servers):
+        host, port = name.rsplit(":", 1)
+        base, prev = host.encode() + b"\0" + port.encode(), 0
+        for _ in range(160):
+            prev = zlib.crc32(base + prev.to_bytes(4, "little"))
+            points.setdefault(prev, idx)  # equal hashes: the first server's point stays
+    hashes = sorted(points)
+    out = []
+    for key in keys:
+        i = bisect.bisect_left(hashes, zlib.crc32(key.encode()))
+        out.append(points[hashes[i % len(hashes)]])
+    return out
+
+
 def test_round_robin_weights_and_consistent_hash(env):
     seen = collections.Counter(get(env, f"/rr/who?i={i}").header("X-Origin") for i in range(20))
     # Each core runs its own round robin; with one client connection per request the split is within ±WORKERS.
@@ -783,7 +804,11 @@ def test_round_robin_weights_and_consistent_hash(env):
     assert collections.Counter(origins_on_one_connection(env, "/weighted/", 40)) == {"o1": 30, "o2": 10}
     first = {i: get(env, f"/hashed/who?key={i}").header("X-Origin") for i in range(12)}
     assert all(get(env, f"/hashed/who?key={i}").header("X-Origin") == first[i] for i in range(12))
-    assert set(first.values()) == {"o1", "o2"}
+    # Each key lands where nginx would put it. (Asserting only that both origins get keys failed in CI on
+    # 2026-11-30: the origins' ports are random, and for some pairs all twelve similar URIs fall on one.)
+    want = ketama_pick([f"127.0.0.1:{env.o1.port}", f"127.0.0.1:{env.o2.port}"],
+                       [f"/hashed/who?key={i}" for i in range(12)])
+    assert [first[i] for i in range(12)] == [("o1", "o2")[w] for w in want], (first, want)
 
 
 def test_failover_to_next_upstream_when_one_is_down(env):

@@ -280,7 +280,7 @@ print(e["proxy_cache"][0]["value"], e["proxy_cache"][0]["type"], e["proxy_cache"
 )PY");
   std::string expected = absl::StrCat(
       "['bytes', 'connections', 'cores', 'disk_queues', 'extra', 'info', 'loop_iterations', 'open_file_cache', "
-      "'requests', 'responses', 'time_s', 'uptime_s', 'version']\n",
+      "'requests', 'responses', 'shared_buffers', 'time_s', 'uptime_s', 'version']\n",
       KOSOKU_VERSION, " 2000 1010\n",
       "5 1 2 2 16 15 1\n"
       "32 1500 27000 150\n"
