@@ -95,7 +95,8 @@ std::string render_text(const Snapshot& s);
 ///   version, time_s, uptime_s,
 ///   connections {active, reading, writing, waiting, accepts, handled, rejected}, requests,
 ///   bytes {in, out}, responses {"1xx","2xx","3xx","4xx","5xx","other"},
-///   open_file_cache {hits, misses, entries}, loop_iterations,
+///   open_file_cache {hits, misses, entries}, shared_buffers {buffers, bytes} (gauges: file data buffers alive,
+///   net::SharedBuffer, bytes of capacity), loop_iterations,
 ///   disk_queues [{name, submitted, inline, completed, in_flight, waiting, overflows, errors,
 ///                 latency {count, sum_us, p50_us, p90_us, p99_us, buckets [24 counts, bucket i: [2^(i-1), 2^i)
 ///                 µs, bucket 0: < 1 µs, bucket 23: >= 2^22 µs]}}],
