@@ -2,7 +2,8 @@
 //
 // Output lives in two queues of OutBlocks. The send buffer (head_ .. tail_) holds owned and shared blocks: every
 // byte from data_seq_ (the first unacknowledged octet) on, sent or not, buffered_ bytes, normally at most
-// TcpConfig::send_buffer_bytes. It is the retransmission queue, and segments copy their payload out of it.
+// TcpConfig::send_buffer_bytes. It is the retransmission queue; segments copy their payload out of it
+// (copy_out), or take it by reference when it is contiguous bytes of a shared buffer (shared_at, zero-copy TX).
 // The waiting queue (wait_head_ .. wait_tail_) holds, in order after it, what the application queued while the
 // send buffer was full: write_ref blocks by reference, committed blocks as they are. A shared block
 // (write_shared) points into a net::SharedBuffer it holds a reference to: it is taken like an owned block,
