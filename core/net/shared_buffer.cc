@@ -1,6 +1,7 @@
 #include "core/net/shared_buffer.hh"
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <cstdlib>
 #include <new>
@@ -14,13 +15,27 @@ constexpr unsigned kMaxShift = 18;        // 256 KiB: the largest (static files 
 constexpr unsigned kClasses = kMaxShift - kMinShift + 1;
 constexpr unsigned kMaxCachedPerClass = 16;  // at most 16 × (16 KiB .. 256 KiB) kept per size class per core
 
+// Trivially destructible, so it stays usable for the whole life of its thread; t_cache_exit frees it when the
+// thread ends (a worker's loop thread, a test's thread: the buffers would otherwise leak with the thread).
 struct Cache {
   SharedBuffer* head[kClasses] = {};
   unsigned count[kClasses] = {};
   size_t bytes = 0;
   size_t buffers = 0;
+  bool closed = false;  // the thread is ending: buffers released from now on are freed, not cached
 };
 thread_local Cache t_cache;
+
+struct CacheExit {
+  bool armed = false;
+  ~CacheExit() {
+    SharedBuffer::trim_cache();
+    t_cache.closed = true;
+  }
+};
+thread_local CacheExit t_cache_exit;
+
+std::atomic<size_t> g_allocated{0};  // heap buffers malloc'd and not yet freed, all threads (cached ones included)
 thread_local SharedBuffer::Source* t_source = nullptr;
 thread_local uint64_t* t_live_buffers = nullptr;
 thread_local uint64_t* t_live_bytes = nullptr;
@@ -79,6 +94,8 @@ SharedBuffer* SharedBuffer::make(size_t capacity) {
   size_t cap = c < kClasses ? size_t{1} << (c + kMinShift) : capacity;
   void* mem = std::malloc(sizeof(SharedBuffer) + cap);
   if (mem == nullptr) std::abort();
+  g_allocated.fetch_add(1, std::memory_order_relaxed);
+  t_cache_exit.armed = true;  // registers the thread-exit trim (a thread_local with a destructor starts on use)
   auto* b = new (mem) SharedBuffer();
   b->cap_ = static_cast<uint32_t>(cap);
   b->data_ = static_cast<char*>(mem) + sizeof(SharedBuffer);
@@ -95,7 +112,9 @@ void SharedBuffer::release() {
   }
   unsigned c = class_of(cap_);
   Cache& cache = t_cache;
-  if (c < kClasses && cache.count[c] < kMaxCachedPerClass && (size_t{1} << (c + kMinShift)) == cap_) {
+  if (c < kClasses && !cache.closed && cache.count[c] < kMaxCachedPerClass &&
+      (size_t{1} << (c + kMinShift)) == cap_) {
+    t_cache_exit.armed = true;  // a thread that only releases (never made one) caches too: free it at its end
     next_ = cache.head[c];
     cache.head[c] = this;
     ++cache.count[c];
@@ -105,10 +124,12 @@ void SharedBuffer::release() {
   }
   this->~SharedBuffer();
   std::free(this);
+  g_allocated.fetch_sub(1, std::memory_order_relaxed);
 }
 
 size_t SharedBuffer::cached_buffers() { return t_cache.buffers; }
 size_t SharedBuffer::cached_bytes() { return t_cache.bytes; }
+size_t SharedBuffer::allocated_buffers() { return g_allocated.load(std::memory_order_relaxed); }
 
 void SharedBuffer::trim_cache() {
   Cache& cache = t_cache;
@@ -117,6 +138,7 @@ void SharedBuffer::trim_cache() {
       cache.head[c] = b->next_;
       b->~SharedBuffer();
       std::free(b);
+      g_allocated.fetch_sub(1, std::memory_order_relaxed);
     }
     cache.count[c] = 0;
   }

@@ -61,7 +61,10 @@ class SharedBuffer {
   /// The calling core's cache: buffers held and their bytes (for tests and memory accounting).
   static size_t cached_buffers();
   static size_t cached_bytes();
-  /// Frees the calling core's cache.
+  /// Heap buffers allocated and not yet freed, on all threads (held or cached): for tests and leak checks.
+  static size_t allocated_buffers();
+  /// Frees the calling core's cache. Also runs when the thread ends (after which buffers released on it are
+  /// freed at once), so a worker's cache does not outlive its loop thread.
   static void trim_cache();
 
  private:
