@@ -14,9 +14,7 @@ namespace kosoku::tcpip {
 namespace {
 constexpr unsigned kChallengeAcksPerSecond = 10;  // RFC 5961 §7 rate limit, per connection
 constexpr uint64_t kOowAckIntervalMs = 500;        // oow_ack(): Linux's net.ipv4.tcp_invalid_ratelimit default
-// Zero-copy TX for payloads of at least 1 KiB (full segments): a chained external-buffer mbuf costs an mbuf
-// from the attach pool and a reference; copying a short tail costs less.
-constexpr size_t kZeroCopyMinBytes = 1024;
+constexpr size_t kZeroCopyMinBytes = 1024;  // shorter payloads are cheaper to copy than to attach
 using namespace tcp_flag;
 }  // namespace
 
@@ -677,8 +675,7 @@ void Tcb::send_segment(SeqNum seq, size_t len, uint8_t flags) {
   h.window = (flags & kRst) ? 0 : window_field(syn);
   size_t hl = TcpHeader::kMinSize + o.wire_size();
   size_t off = seq - data_seq_;
-  // Zero-copy TX: payload bytes in one shared block (a file chunk, Stream::write_shared) go by reference
-  // when the link can chain them to the header frame; short payloads are cheaper to copy.
+  // Zero-copy TX: bytes of a shared buffer (a file chunk, Stream::write_shared) go by reference if the link can.
   Interface::TxPayload ext{nullptr, nullptr, len};
   if (len >= kZeroCopyMinBytes && stack_.ip_.tx_payload_by_reference()) ext.buf = shared_at(off, len, &ext.data);
   if (ext.buf != nullptr) {
