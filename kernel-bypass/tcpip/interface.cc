@@ -222,30 +222,26 @@ bool Interface::send_ipv4(Ipv4Addr dst, uint8_t protocol, size_t l4_len,
     if (protocol == kProtoTcp && l4_len >= 20 && io_.tx_checksum_offload() && payload == nullptr) {
       fill_tcp_checksum(l4, ip.src, ip.dst);
     }
-    if (extra > 0) std::memcpy(f + kFrameHeaders + l4_len, payload->data, extra);  // the copying paths only
+  };
+  auto copy_payload = [&](uint8_t* f) {
+    if (extra > 0) std::memcpy(f + kFrameHeaders + l4_len, payload->data, extra);
   };
   if (auto mac = arp_.lookup(next_hop, now_ms)) {
-    if (extra > 0 && io_.tx_payload_by_reference()) {
-      size_t head = kFrameHeaders + l4_len;
-      std::span<uint8_t> buf = io_.frame_begin(head);
-      if (buf.size() < head) {
-        ++stats_.tx_no_buffer;
-        return false;
-      }
-      extra = 0;  // build() leaves the payload where it is
-      build(buf.data(), *mac);
-      io_.frame_send_payload(head, *payload->buf, payload->data, payload->len);
-      ++stats_.tx_frames;
-      ++stats_.ip_out;
-      return true;
-    }
-    std::span<uint8_t> buf = io_.frame_begin(total);
-    if (buf.size() < total) {
+    // A payload goes by reference behind a headers-only frame if the link can chain it; else into the frame.
+    const bool by_ref = extra > 0 && io_.tx_payload_by_reference();
+    const size_t len = by_ref ? kFrameHeaders + l4_len : total;
+    std::span<uint8_t> buf = io_.frame_begin(len);
+    if (buf.size() < len) {
       ++stats_.tx_no_buffer;
       return false;
     }
     build(buf.data(), *mac);
-    io_.frame_send(total);
+    if (by_ref) {
+      io_.frame_send_payload(len, *payload->buf, payload->data, payload->len);
+    } else {
+      copy_payload(buf.data());
+      io_.frame_send(len);
+    }
     ++stats_.tx_frames;
     ++stats_.ip_out;
     return true;
@@ -253,6 +249,7 @@ bool Interface::send_ipv4(Ipv4Addr dst, uint8_t protocol, size_t l4_len,
   // Unresolved next hop: the frame waits (with its destination MAC filled in on the reply).
   std::vector<uint8_t> frame(total);
   build(frame.data(), MacAddr{});
+  copy_payload(frame.data());
   bool dropped = false;
   bool request = arp_.enqueue(next_hop, std::move(frame), now_ms, &dropped);
   if (dropped) ++stats_.arp_queue_drops;
