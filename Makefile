@@ -3,6 +3,7 @@
 #                its serial console in this terminal (PORT=N to change the port)
 #   make run-host  serve conf/default.conf with the host binary on http://127.0.0.1:8080/
 #   make test    unit tests under ASan+UBSan, fuzzers (bounded), integration tests against the release binary
+#   make fuzz-soak  each libFuzzer target for FUZZ_SOAK_SECONDS (default 600), its corpus kept in build/fuzz
 #   make bench   kosoku vs nginx side by side (bench/run)
 #   make image   the appliance image (image/build-image)
 SHELL := /bin/bash
@@ -12,7 +13,7 @@ FUZZ_SECONDS ?= 30
 PYTHON ?= /usr/bin/python3
 CONF ?= conf/default.conf
 
-.PHONY: all deps build build-asan build-fuzz run run-host console test unit fuzz integration bench image clean
+.PHONY: all deps build build-asan build-fuzz run run-host console test unit fuzz fuzz-soak integration bench image clean
 
 all: build
 
@@ -55,6 +56,21 @@ fuzz: build-fuzz
 	  echo "fuzz: $$name for $(FUZZ_SECONDS)s"; \
 	  $$f $$corpus $$dict -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 2>&1 | tail -n 3; \
 	done
+
+# The long run before an issue touching a parser is resolved: every target for FUZZ_SOAK_SECONDS on the corpus
+# the bounded runs grew (build/fuzz/corpus-NAME), FUZZ_SOAK_JOBS targets at a time; each target's last lines
+# (executions, coverage, any crash) go to build/fuzz/soak-NAME.log, and a crash fails the target.
+FUZZ_SOAK_SECONDS ?= 600
+FUZZ_SOAK_JOBS ?= 1
+fuzz-soak: build-fuzz
+	@ls $(BUILD)/fuzz/*_fuzz | xargs -P $(FUZZ_SOAK_JOBS) -I{} sh -c 'name=$$(basename {} _fuzz); \
+	  corpus=$(BUILD)/fuzz/corpus-$$name; mkdir -p $$corpus; \
+	  [ -d tests/fuzz/corpus/$$name ] && cp -r tests/fuzz/corpus/$$name/. $$corpus/ || true; \
+	  dict=""; [ -f tests/fuzz/$$name.dict ] && dict="-dict=tests/fuzz/$$name.dict"; \
+	  {} $$corpus $$dict -max_total_time=$(FUZZ_SOAK_SECONDS) -print_final_stats=1 \
+	     -artifact_prefix=$(BUILD)/fuzz/crash-$$name- > $(BUILD)/fuzz/soak-$$name.log 2>&1; rc=$$?; \
+	  echo "fuzz-soak: $$name exit $$rc: $$(grep -E "stat::number_of_executed_units|^#[0-9]+.*DONE" $(BUILD)/fuzz/soak-$$name.log | tr "\n" " ")"; \
+	  exit $$rc'
 
 integration: build build-asan
 	KOSOKU_BIN=$(BUILD)/release/kosoku $(PYTHON) -m pytest -q tests/integration

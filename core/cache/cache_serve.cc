@@ -253,6 +253,14 @@ void CacheState::on_writable() {
   if (streaming_) pump();
 }
 
+void CacheState::on_response_complete() {
+  // The bytes still to be sent are the stream's (copied) or this state's buffers (by reference), never the
+  // reader's, so the file can go now. A background update or revalidation holds its own descriptor (dup).
+  if (read_in_flight_ || reader_.busy()) return;
+  reader_.close();
+  have_entry_ = false;
+}
+
 void CacheState::finish_response() {
   phase_ = Phase::kDone;
   ex_.finish();

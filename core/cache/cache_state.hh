@@ -44,6 +44,8 @@ class CacheState final : public http::ContentState,
   // ContentState
   void on_abort() override;
   void on_writable() override;
+  /// Closes the entry's file: an idle keep-alive connection holds no cache file open.
+  void on_response_complete() override;
   /// A client gone while the entry is opened, the lock awaited or the origin asked abandons the request.
   bool abort_on_peer_close() const override {
     return phase_ == Phase::kOpening || phase_ == Phase::kWaitingLock || phase_ == Phase::kFetching;

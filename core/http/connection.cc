@@ -261,6 +261,7 @@ void HttpConnection::finish() {
     chunked_out_ = false;
   }
   body_sink_ = nullptr;
+  if (ContentState* st = state_slot_.get()) st->on_response_complete();
   core_.stats->count_response(status_);
   log_request();
   if (stream_ == nullptr) return;

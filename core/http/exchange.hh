@@ -113,6 +113,11 @@ class ContentState {
   /// the connection then aborts and the state gets on_abort(). The proxy says yes (nginx's upstream
   /// check_broken_connection, proxy_ignore_client_abort off); a static response is still sent (nginx).
   virtual bool abort_on_peer_close() const { return false; }
+  /// The response is complete (Exchange::finish ran): everything it needed is in the stream, which keeps
+  /// by-reference bytes alive itself. The state lets go of what only this response needed — open files,
+  /// read buffers — so an idle keep-alive connection holds no descriptor but its socket. Called inside
+  /// finish(), before the connection's next request can start; the state must produce no more output.
+  virtual void on_response_complete() {}
 };
 
 class Exchange {

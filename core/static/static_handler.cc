@@ -52,6 +52,11 @@ class StaticState final : public http::ContentState,
   void on_writable() override {
     if (streaming_) pump();
   }
+  void on_response_complete() override {
+    if (open_in_flight_ || read_in_flight_) return;  // not this state's response (it is being abandoned)
+    release_buffer();   // no read buffer (nor a DMA block of the port's pool) on an idle connection
+    open_.file.reset(); // nor the file's descriptor (unless open_file_cache keeps it, bounded by its max=)
+  }
   // OpenRequest::Callback
   void on_open_done(disk::OpenRequest&) override {
     open_in_flight_ = false;
@@ -390,8 +395,7 @@ void StaticState::pump() {
   while (streaming_ && !read_in_flight_) {
     if (piece_ >= pieces_.size()) {
       streaming_ = false;
-      release_buffer();  // an idle keep-alive connection holds no buffer (nor a DMA block of the port's pool)
-      ex_.finish();
+      ex_.finish();  // on_response_complete() lets go of the buffer and the file
       return;
     }
     Piece& p = pieces_[piece_];
