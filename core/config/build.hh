@@ -100,6 +100,7 @@ class Builder {
   Seen events_seen;
   Seen appliance_seen;
   bool http_present = false;
+  bool resolve_names = true;  // LoadOptions::resolve_names
   ServerConf http_srv;  // http-level values of server-level directives
   LocNode http_loc;     // http-level values of location-level directives
   std::vector<std::unique_ptr<SrvNode>> servers;

@@ -97,8 +97,10 @@ bool resolve_name(const std::string& host, uint16_t port, std::vector<Resolved>*
 
 // Parses `ADDR[:PORT]`, `[V6][:PORT]` or `NAME[:PORT]` (port default 80) into its addresses (a name may have
 // several). *numeric: the host was an address, not a name. False with *err ("host not found" for a name that
-// does not resolve).
-bool parse_upstream_address(std::string_view s, std::vector<Resolved>* out, bool* numeric, std::string* err) {
+// does not resolve). Without `resolve` (LoadOptions::resolve_names off) a name is not looked up: it stands for
+// 127.0.0.1, so untrusted text (the fuzzer) sends no DNS query and still reaches everything after resolution.
+bool parse_upstream_address(std::string_view s, bool resolve, std::vector<Resolved>* out, bool* numeric,
+                            std::string* err) {
   std::string_view host = s;
   std::string_view port;
   if (!s.empty() && s[0] == '[') {
@@ -165,6 +167,7 @@ bool parse_upstream_address(std::string_view s, std::vector<Resolved>* out, bool
     return true;
   }
   *numeric = false;
+  if (!resolve && !h.empty() && h.find_first_of("/ \t") == std::string::npos) h = "127.0.0.1";
   if (h.empty() || h.find_first_of("/ \t") != std::string::npos || !resolve_name(h, p, out)) {
     *err = "host not found";
     return false;
@@ -193,7 +196,7 @@ bool upstream_server(Builder& b, UpstreamConf& up, const Directive& d) {
   }
   std::vector<Resolved> addrs;
   bool numeric = true;
-  if (!parse_upstream_address(srv.name, &addrs, &numeric, &err)) {
+  if (!parse_upstream_address(srv.name, b.resolve_names, &addrs, &numeric, &err)) {
     return b.fail(d.args[0].loc, absl::StrCat(err, " in upstream ", quoted(srv.name)));
   }
   for (size_t i = 1; i < d.args.size(); ++i) {
@@ -678,7 +681,7 @@ bool resolve_pass(Builder& b, LocationConf& loc) {
   std::vector<Resolved> addrs;
   bool numeric = true;
   std::string err;
-  if (!parse_upstream_address(text, &addrs, &numeric, &err)) {
+  if (!parse_upstream_address(text, b.resolve_names, &addrs, &numeric, &err)) {
     if (err == "host not found") {
       return b.fail(where, absl::StrCat("host not found in upstream ", quoted(p.pass_host)));  // nginx: no port
     }

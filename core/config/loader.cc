@@ -113,6 +113,7 @@ LoadResult load_text(std::string_view text, const std::string& file, const LoadO
     return r;
   }
   Builder b;
+  b.resolve_names = opts.resolve_names;
   b.main->file = file;
   b.main->text = std::string(text);
   Scope top;

@@ -33,6 +33,7 @@ struct ConfigError {
 
 struct LoadOptions {
   bool allow_include = true;  // false: `include` is an error (fuzzing)
+  bool resolve_names = true;  // false: upstream host names are not looked up, each stands for 127.0.0.1 (fuzzing)
   std::string prefix;         // directory for relative `include` paths; "" = the main file's directory
 };
 

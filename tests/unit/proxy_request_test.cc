@@ -384,6 +384,26 @@ TEST(ProxyConfig, Errors) {
   EXPECT_NE(load_error("proxy_set_header X-A $nosuch;").find("unknown \"nosuch\" variable"), std::string::npos);
 }
 
+// LoadOptions::resolve_names off (the config fuzzer): a name is not looked up (no DNS query) and stands for
+// 127.0.0.1, in upstream blocks and in proxy_pass alike; an address is still an address.
+TEST(ProxyConfig, NamesNotResolvedWhenAskedNot) {
+  config::LoadOptions opts;
+  opts.resolve_names = false;
+  config::LoadResult r = config::load_from_string(
+      "http { upstream u { server nosuchhost.invalid:81; server 10.0.0.7:82; } server { listen 127.0.0.1:8080; "
+      "location /a { proxy_pass http://u; } location /b { proxy_pass http://other.invalid:83; } } }",
+      "t.conf", opts);
+  ASSERT_TRUE(r.ok()) << r.error.message;
+  const auto& locs = r.conf->http.servers[0]->locations;
+  ASSERT_EQ(locs[0].proxy.upstream->servers.size(), 2u);
+  EXPECT_EQ(locs[0].proxy.upstream->servers[0].addr_text, "127.0.0.1:81");
+  EXPECT_EQ(locs[0].proxy.upstream->servers[1].addr_text, "10.0.0.7:82");
+  EXPECT_EQ(locs[1].proxy.upstream->servers[0].addr_text, "127.0.0.1:83");
+  EXPECT_EQ(locs[1].proxy.proxy_host, "other.invalid:83");
+  // Resolved (the default), the same names are errors.
+  EXPECT_FALSE(config::load_from_string("http { upstream u { server nosuchhost.invalid:81; } }", "t.conf").ok());
+}
+
 // $arg_NAME and $cookie_NAME have one definition (http::RequestVariables); the proxy's and the cache's sources
 // delegate to it, so proxy_set_header, proxy_cache_key and log_format see the same values.
 TEST(ProxyVariablesTest, ArgAndCookieAreTheSharedOnes) {
