@@ -47,19 +47,21 @@ console:
 unit: build-asan
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 $(BUILD)/asan/unit_tests
 
-# Each libFuzzer target runs FUZZ_SECONDS on its seed corpus (copied, so seeds stay clean).
+# Each libFuzzer target runs FUZZ_SECONDS on its seed corpus (copied, so seeds stay clean), with its dictionary
+# (tests/fuzz/NAME.dict) and extra libFuzzer flags (tests/fuzz/NAME.flags, one line) where they exist.
 fuzz: build-fuzz
-	@set -e; for f in $(BUILD)/fuzz/*_fuzz; do \
+	@set -eo pipefail; for f in $(BUILD)/fuzz/*_fuzz; do \
 	  name=$$(basename $$f _fuzz); corpus=$(BUILD)/fuzz/corpus-$$name; mkdir -p $$corpus; \
 	  [ -d tests/fuzz/corpus/$$name ] && cp -r tests/fuzz/corpus/$$name/. $$corpus/ || true; \
 	  dict=""; [ -f tests/fuzz/$$name.dict ] && dict="-dict=tests/fuzz/$$name.dict"; \
+	  flags=""; [ -f tests/fuzz/$$name.flags ] && flags="$$(cat tests/fuzz/$$name.flags)"; \
 	  echo "fuzz: $$name for $(FUZZ_SECONDS)s"; \
-	  $$f $$corpus $$dict -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 2>&1 | tail -n 3; \
+	  $$f $$corpus $$dict $$flags -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 2>&1 | tail -n 3; \
 	done
 
 # The long run before an issue touching a parser is resolved: every target for FUZZ_SOAK_SECONDS on the corpus
-# the bounded runs grew (build/fuzz/corpus-NAME), FUZZ_SOAK_JOBS targets at a time; each target's last lines
-# (executions, coverage, any crash) go to build/fuzz/soak-NAME.log, and a crash fails the target.
+# the bounded runs grew (build/fuzz/corpus-NAME), FUZZ_SOAK_JOBS targets at a time; each target's log
+# (executions, coverage, any crash) goes to build/fuzz/soak-NAME.log, and a crash fails the target.
 FUZZ_SOAK_SECONDS ?= 600
 FUZZ_SOAK_JOBS ?= 1
 fuzz-soak: build-fuzz
@@ -67,7 +69,8 @@ fuzz-soak: build-fuzz
 	  corpus=$(BUILD)/fuzz/corpus-$$name; mkdir -p $$corpus; \
 	  [ -d tests/fuzz/corpus/$$name ] && cp -r tests/fuzz/corpus/$$name/. $$corpus/ || true; \
 	  dict=""; [ -f tests/fuzz/$$name.dict ] && dict="-dict=tests/fuzz/$$name.dict"; \
-	  {} $$corpus $$dict -max_total_time=$(FUZZ_SOAK_SECONDS) -print_final_stats=1 \
+	  flags=""; [ -f tests/fuzz/$$name.flags ] && flags="$$(cat tests/fuzz/$$name.flags)"; \
+	  {} $$corpus $$dict $$flags -max_total_time=$(FUZZ_SOAK_SECONDS) -print_final_stats=1 \
 	     -artifact_prefix=$(BUILD)/fuzz/crash-$$name- > $(BUILD)/fuzz/soak-$$name.log 2>&1; rc=$$?; \
 	  echo "fuzz-soak: $$name exit $$rc: $$(grep -E "stat::number_of_executed_units|^#[0-9]+.*DONE" $(BUILD)/fuzz/soak-$$name.log | tr "\n" " ")"; \
 	  exit $$rc'
