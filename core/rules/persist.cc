@@ -95,6 +95,7 @@ bool load_rules_file(const std::string& path, std::vector<RuleSet::Change>* out,
   size_t trailer_line = 0;
   for (size_t pos = 0; pos < text.size();) {
     size_t eol = text.find('\n', pos);
+    if (eol == std::string::npos) eol = text.size();  // not reached: the text ends with '\n' (checked above)
     std::string_view line(text.data() + pos, eol - pos);
     pos = eol + 1;
     ++line_no;
