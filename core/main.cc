@@ -25,6 +25,7 @@
 #include "core/config/loader.hh"
 #include "core/disk/disk_queue.hh"
 #include "core/net/kernel_stack.hh"
+#include "core/rules/store.hh"
 #include "core/worker.hh"
 #include "image/console.hh"
 #include "image/pid1.hh"
@@ -108,7 +109,15 @@ int main(int argc, char** argv) {
     }
   }
 
-  if (test_only) return kosoku::config::test_config(conf_path, std::cout, std::cerr);
+  if (test_only) {
+    // The files modules read at start are checked as the start-up reads them (same messages).
+    auto check_data = [&](const kosoku::config::MainConf& conf, std::string* error) {
+      std::string p = prefix.empty() ? dir_of(conf_path) : prefix;
+      if (p.back() != '/') p.push_back('/');
+      return kosoku::rules::check_rules_file(conf.http.rules, p, error);
+    };
+    return kosoku::config::test_config(conf_path, std::cout, std::cerr, check_data);
+  }
 
   // As PID 1 of the appliance, kosoku is also init (image/pid1.hh): it mounts the basics first and reads
   // only the configuration flashed into the image.

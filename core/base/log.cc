@@ -58,7 +58,32 @@ bool write_all(int fd, const char* p, size_t n) {
   return true;
 }
 
+constexpr char kHex[] = "0123456789ABCDEF";
+
+void append_hex_escape(std::string& out, unsigned char c) {
+  const char e[4] = {'\\', 'x', kHex[c >> 4], kHex[c & 15]};
+  out.append(e, 4);
+}
+
 }  // namespace
+
+void append_log_escaped(std::string& out, std::string_view s) {
+  for (char ch : s) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (log_escapes(c)) {
+      append_hex_escape(out, c);
+    } else {
+      out.push_back(ch);
+    }
+  }
+}
+
+std::string log_escaped(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  append_log_escaped(out, s);
+  return out;
+}
 
 std::string_view log_level_name(LogLevel level) {
   int i = static_cast<int>(level);
@@ -168,8 +193,18 @@ void ErrorLog::write(LogLevel level, std::string_view msg) {
   std::string_view name = log_level_name(level);
   line.append(prefix).append(" [").append(name).append("] ");
   absl::StrAppend(&line, ::getpid(), "#", core, ": ");
-  size_t room = kMaxLine - 1 > line.size() ? kMaxLine - 1 - line.size() : 0;
-  line.append(msg.substr(0, room));
+  // The message, its control bytes as \xHH (never cut inside an escape), up to kMaxLine with the newline.
+  const size_t limit = kMaxLine - 1;
+  for (char ch : msg) {
+    const auto c = static_cast<unsigned char>(ch);
+    const bool control = c < 0x20 || c == 0x7f;
+    if (line.size() + (control ? 4 : 1) > limit) break;
+    if (control) {
+      append_hex_escape(line, c);
+    } else {
+      line.push_back(ch);
+    }
+  }
   line.push_back('\n');
 
   if (!write_all(fd_.load(std::memory_order_acquire), line.data(), line.size())) {

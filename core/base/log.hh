@@ -24,6 +24,12 @@
 // another thread that already loaded the fd number writes either to the old or to the new file, never to an
 // unrelated file that reused a closed fd number.
 //
+// Control bytes: write() turns every byte < 0x20 and 0x7f of a message into `\xHH` (upper-case hex), so one
+// call is one line whatever the message carries: a decoded URI holding CR LF cannot start a forged line or
+// move the terminal. Values a line quotes that come from a client (paths, request targets, Host) go through
+// log_escaped() as well, nginx's access-log escaping, so `"` and `\` in them cannot forge the line's own
+// quoting either.
+//
 // Recent lines: the last kRingLines lines (without the trailing newline) are kept in memory for the serial
 // console's `log N`. The ring is guarded by a small mutex (held for one string copy): it is taken only when a
 // line is actually written, never on the request path's fast path.
@@ -52,6 +58,14 @@ enum class LogLevel : int { kEmerg = 0, kAlert, kCrit, kError, kWarn, kNotice, k
 std::string_view log_level_name(LogLevel level);
 /// Inverse of log_level_name (exact, lower case, as in the error_log directive); nullopt if unknown.
 std::optional<LogLevel> parse_log_level(std::string_view name);
+
+/// nginx's access-log escaping (ngx_http_log_escape, log_format escape=default): `"`, `\`, bytes < 0x20 and
+/// bytes >= 0x7f become `\xHH` (upper-case hex).
+constexpr bool log_escapes(unsigned char c) { return c == '"' || c == '\\' || c < 0x20 || c >= 0x7f; }
+/// Appends `s` to `out` escaped as log_escapes() says.
+void append_log_escaped(std::string& out, std::string_view s);
+/// `s` escaped as log_escapes() says: for client-supplied values an error-log line quotes.
+std::string log_escaped(std::string_view s);
 
 /// The core id printed after the pid by lines written from the calling thread. Each loop thread calls this
 /// once at start with its core id (0..workers-1); -1 (the default) prints the kernel thread id instead.
@@ -92,8 +106,8 @@ class ErrorLog {
     return static_cast<int>(level) <= level_.load(std::memory_order_relaxed);
   }
 
-  /// Writes one line (prefix + msg + '\n') with one write(2) and records it in the ring. Does NOT test the
-  /// level (KOSOKU_LOG does). Any thread. Reopens first if request_log_reopen() was called since the last open.
+  /// Writes one line (prefix + msg + '\n', control bytes as `\xHH`) with one write(2); records it in the ring.
+  /// Does NOT test the level (KOSOKU_LOG does). Any thread; first reopens if request_log_reopen() was called.
   void write(LogLevel level, std::string_view msg);
 
   /// Opens the path again now and swaps it in (see the header comment). Any thread; a no-op returning 0 for

@@ -201,8 +201,8 @@ void StoreWriter::fail(int err, std::string_view what) {
   if (failed_) return;
   failed_ = true;
   if (!what.empty()) {
-    KOSOKU_LOG(kError, "cache \"%s\": not storing \"%s\": %s (%d: %s)", t_.path->zone().name(), meta_.key, what, -err,
-               std::strerror(-err));
+    KOSOKU_LOG(kError, "cache \"%s\": not storing \"%s\": %s (%d: %s)", t_.path->zone().name(),
+               base::log_escaped(meta_.key), what, -err, std::strerror(-err));
   }
   release_lock();
 }

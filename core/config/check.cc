@@ -6,11 +6,12 @@
 
 namespace kosoku::config {
 
-int test_config(const std::string& path, std::ostream& out, std::ostream& err) {
+int test_config(const std::string& path, std::ostream& out, std::ostream& err, const DataCheck& check_data) {
   LoadResult r = load(path);
   for (const std::string& w : r.warnings) err << "kosoku: [warn] " << w << '\n';
-  if (!r.ok()) {
-    err << "kosoku: [emerg] " << r.error.message << '\n';
+  std::string data_error;
+  if (!r.ok() || (check_data && !check_data(*r.conf, &data_error))) {
+    err << "kosoku: [emerg] " << (r.ok() ? data_error : r.error.message) << '\n';
     err << "kosoku: configuration file " << path << " test failed\n";
     return 1;
   }

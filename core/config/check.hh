@@ -1,8 +1,11 @@
 // `kosoku -t`: load the configuration and report like `nginx -t`.
 #pragma once
 
+#include <functional>
 #include <iosfwd>
 #include <string>
+
+#include "core/config/conf.hh"
 
 namespace kosoku::config {
 
@@ -13,7 +16,10 @@ namespace kosoku::config {
 ///   kosoku: [emerg] FILE:LINE:COL: message
 ///   kosoku: configuration file PATH test failed
 /// Warnings go to `err` as `kosoku: [warn] FILE:LINE:COL: message` in both cases.
-/// Returns the process exit status: 0 on success, 1 on failure.
-int test_config(const std::string& path, std::ostream& out, std::ostream& err);
+/// `check_data` (optional) runs after a successful load to check the files a module reads at start (the cache
+/// rules file): false with *error fails the test with `kosoku: [emerg] ERROR`, the message the start-up
+/// would stop with. Returns the process exit status: 0 on success, 1 on failure.
+using DataCheck = std::function<bool(const MainConf& conf, std::string* error)>;
+int test_config(const std::string& path, std::ostream& out, std::ostream& err, const DataCheck& check_data = {});
 
 }  // namespace kosoku::config

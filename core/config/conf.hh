@@ -31,8 +31,9 @@ struct Template;      // config/variables.hh: a compiled string with $variables
 struct LocationConf;
 struct ServerConf;
 
-/// `log_format ... escape=default|json|none` (ngx_http_log_module); also the escaping of a Template.
-enum class LogEscape { kNone, kDefault, kJson };
+/// `log_format ... escape=default|json|none` (ngx_http_log_module); also the escaping of a Template, with
+/// kField / kUri for the templates that become header values (config/variables.hh).
+enum class LogEscape { kNone, kDefault, kJson, kField, kUri };
 
 /// Where a directive or token came from; printed as `file:line:col`.
 struct SourceLoc {

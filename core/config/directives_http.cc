@@ -16,6 +16,7 @@
 #include <string>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "core/config/directive.hh"
 #include "core/config/variables.hh"
@@ -231,7 +232,9 @@ bool set_return(Builder& b, Scope& s, const Directive& d) {
   }
   if (text) {
     r.text = text->value;
-    r.text_tpl = compile_arg(b, *text);
+    // A redirect's URL becomes the Location field: its variables are percent-encoded (variables.hh, kUri).
+    const bool redirect = r.code == 301 || r.code == 302 || r.code == 303 || r.code == 307 || r.code == 308;
+    r.text_tpl = compile_arg(b, *text, redirect ? LogEscape::kUri : LogEscape::kNone);
     if (!r.text_tpl) return false;
   } else {
     r.text_tpl = std::make_shared<const Template>();
@@ -246,14 +249,17 @@ bool set_add_header(Builder& b, Scope& s, const Directive& d) {
   h.name = d.args[0].value;
   if (h.name.empty() || h.name.find_first_of(" \t\r\n:") != std::string::npos) return fail_invalid_value(b, d, 0);
   h.value = d.args[1].value;
-  if (h.value.find_first_of("\r\n") != std::string::npos) return fail_invalid_value(b, d, 1);
+  if (h.value.find_first_of(std::string_view("\r\n\0", 3)) != std::string::npos) return fail_invalid_value(b, d, 1);
   if (d.args.size() == 3) {
     if (d.args[2].value != "always") {
       return b.fail(d.args[2].loc, absl::StrCat("invalid parameter ", quoted(d.args[2].value)));
     }
     h.always = true;
   }
-  h.value_tpl = compile_arg(b, d.args[1]);
+  // The value's variables are made safe for a header (variables.hh): percent-encoded in the fields whose
+  // value is a URI, control bytes replaced by SP in the others.
+  const bool uri = absl::EqualsIgnoreCase(h.name, "location") || absl::EqualsIgnoreCase(h.name, "content-location");
+  h.value_tpl = compile_arg(b, d.args[1], uri ? LogEscape::kUri : LogEscape::kField);
   if (!h.value_tpl) return false;
   s.loc->add_header.push_back(std::move(h));
   return true;

@@ -175,13 +175,14 @@ bool parse_upstream_address(std::string_view s, bool resolve, std::vector<Resolv
   return true;
 }
 
-std::shared_ptr<const Template> compile_value(Builder& b, const Arg& a) {
+std::shared_ptr<const Template> compile_value(Builder& b, const Arg& a, LogEscape escape = LogEscape::kNone) {
   std::string err;
   Template t = compile(a.value, a.loc, &err);
   if (!err.empty()) {
     if (b.error.empty()) b.error = err;
     return nullptr;
   }
+  t.escape = escape;
   return std::make_shared<const Template>(std::move(t));
 }
 
@@ -362,8 +363,9 @@ bool set_proxy_set_header(Builder& b, Scope& s, const Directive& d) {
   h.name = d.args[0].value;
   if (h.name.empty() || h.name.find_first_of(" \t\r\n:") != std::string::npos) return fail_invalid_value(b, d, 0);
   h.value = d.args[1].value;
-  if (h.value.find_first_of("\r\n") != std::string::npos) return fail_invalid_value(b, d, 1);
-  h.value_tpl = compile_value(b, d.args[1]);
+  if (h.value.find_first_of(std::string_view("\r\n\0", 3)) != std::string::npos) return fail_invalid_value(b, d, 1);
+  // A field of the request sent upstream: control bytes in variables become SP (variables.hh, kField).
+  h.value_tpl = compile_value(b, d.args[1], LogEscape::kField);
   if (!h.value_tpl) return false;
   s.loc->proxy.set_header.push_back(std::move(h));
   return true;
@@ -454,7 +456,9 @@ bool set_proxy_redirect(Builder& b, Scope& s, const Directive& d) {
   }
   r.redirect = first;
   r.replacement = d.args[1].value;
-  if (r.replacement.find_first_of("\r\n") != std::string::npos) return fail_invalid_value(b, d, 1);
+  if (r.replacement.find_first_of(std::string_view("\r\n\0", 3)) != std::string::npos) {
+    return fail_invalid_value(b, d, 1);
+  }
   if (!first.empty() && first[0] == '~') {
     const bool caseless = first.size() > 1 && first[1] == '*';
     re2::RE2::Options o;
@@ -466,8 +470,10 @@ bool set_proxy_redirect(Builder& b, Scope& s, const Directive& d) {
     }
     r.regex = std::move(re);
   } else {
-    r.redirect_tpl = compile_value(b, d.args[0]);
-    r.replacement_tpl = compile_value(b, d.args[1]);
+    // Both are URIs of a Location or Refresh field: variables percent-encoded (variables.hh, kUri), so the
+    // pattern compares with the upstream's encoded URI and the replacement cannot split the field.
+    r.redirect_tpl = compile_value(b, d.args[0], LogEscape::kUri);
+    r.replacement_tpl = compile_value(b, d.args[1], LogEscape::kUri);
     if (!r.redirect_tpl || !r.replacement_tpl) return false;
   }
   p.redirect.push_back(std::move(r));
@@ -620,7 +626,9 @@ void build_effective(LocationConf& loc) {
     ProxySetHeader h;
     h.name = std::string(name);
     h.value = std::string(value);
-    h.value_tpl = std::make_shared<const Template>(compile(value, SourceLoc{"<built-in>", 0, 0}, nullptr));
+    Template t = compile(value, SourceLoc{"<built-in>", 0, 0}, nullptr);
+    t.escape = LogEscape::kField;  // a request field, as proxy_set_header's
+    h.value_tpl = std::make_shared<const Template>(std::move(t));
     p.headers.push_back(std::move(h));
   }
   p.hidden.clear();

@@ -3,6 +3,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "core/base/log.hh"
 #include "core/config/lexer.hh"
 
 namespace kosoku::config {
@@ -107,11 +108,16 @@ bool lookup(std::string_view name, VarId* id, std::string_view* suffix) {
 constexpr char kHexUpper[] = "0123456789ABCDEF";
 constexpr char kHexLower[] = "0123456789abcdef";
 
-// Extra bytes the escaped form of `c` needs beyond 1.
+// kUri: the bytes a URI in a header cannot carry as they are.
+bool uri_escapes(unsigned char c) { return c <= 0x20 || c >= 0x7f; }
+
+// kField: the bytes a field value cannot carry (RFC 9110 §5.5: field-vchar, SP, HTAB).
+bool field_replaces(unsigned char c) { return (c < 0x20 && c != '\t') || c == 0x7f; }
+
+// Extra bytes the escaped form of `c` needs beyond 1 (kDefault, kJson, kUri; kField never grows).
 size_t escape_extra(LogEscape e, unsigned char c) {
-  if (e == LogEscape::kDefault) {
-    return (c == '"' || c == '\\' || c < 0x20 || c >= 0x7f) ? 3 : 0;  // \xHH
-  }
+  if (e == LogEscape::kDefault) return base::log_escapes(c) ? 3 : 0;  // \xHH
+  if (e == LogEscape::kUri) return uri_escapes(c) ? 2 : 0;             // %HH
   // kJson
   if (c == '"' || c == '\\') return 1;
   if (c >= 0x20) return 0;
@@ -134,11 +140,15 @@ void write_escaped_backward(LogEscape e, unsigned char c, char* base, size_t* w)
     put(static_cast<char>(c));
     return;
   }
-  if (e == LogEscape::kDefault) {
+  if (e == LogEscape::kDefault || e == LogEscape::kUri) {
     put(kHexUpper[c & 0xf]);
     put(kHexUpper[c >> 4]);
-    put('x');
-    put('\\');
+    if (e == LogEscape::kUri) {
+      put('%');
+    } else {
+      put('x');
+      put('\\');
+    }
     return;
   }
   switch (c) {
@@ -174,6 +184,12 @@ void write_escaped_backward(LogEscape e, unsigned char c, char* base, size_t* w)
 
 // Escapes out[start, end) in place (the region grows; processed from the back so no copy is needed).
 void escape_in_place(LogEscape e, std::string& out, size_t start) {
+  if (e == LogEscape::kField) {
+    for (size_t i = start; i < out.size(); ++i) {
+      if (field_replaces(static_cast<unsigned char>(out[i]))) out[i] = ' ';
+    }
+    return;
+  }
   size_t end = out.size();
   size_t extra = 0;
   for (size_t i = start; i < end; ++i) extra += escape_extra(e, static_cast<unsigned char>(out[i]));

@@ -95,12 +95,28 @@ struct TemplateSegment {
 };
 
 /// A compiled string. `escape` applies to variable values only (literal text is copied as is):
-///   kNone     values copied verbatim; a missing variable expands to nothing (add_header, return, and
-///             log_format escape=none);
-///   kDefault  nginx's log escaping: `"`, `\`, bytes < 0x20 and >= 0x7f become `\xHH` (upper-case hex);
-///             a missing variable prints `-` (log_format default);
+///   kNone     values copied verbatim; a missing variable expands to nothing (return's body text, try_files,
+///             cache and hash keys, log_format escape=none);
+///   kDefault  nginx's log escaping (base::log_escapes): `"`, `\`, bytes < 0x20 and >= 0x7f become `\xHH`
+///             (upper-case hex); a missing variable prints `-` (log_format default);
 ///   kJson     JSON string escaping (`\"`, `\\`, `\n` `\r` `\t` `\b` `\f`, other bytes < 0x20 as `\u00hh`);
-///             a missing variable expands to nothing (log_format escape=json).
+///             a missing variable expands to nothing (log_format escape=json);
+///   kField    a header field value (add_header, proxy_set_header): every byte < 0x20 but HTAB, and DEL,
+///             becomes SP; a missing variable expands to nothing;
+///   kUri      a URI that is a header value (the URL of a `return` redirect, proxy_redirect's replacement,
+///             add_header Location / Content-Location): bytes <= 0x20 and >= 0x7f are percent-encoded
+///             (`%0D%0A`, upper-case hex); '%' and the rest are kept, so an already encoded value
+///             ($request_uri, $args) is not encoded twice; a missing variable expands to nothing.
+///
+/// Why the two header modes: a variable can carry a client's bytes that the request grammar kept out of the
+/// raw request but decoding let in ($uri is percent-decoded: `/a%0d%0aSet-Cookie:x` holds CR LF). No CR,
+/// LF or NUL may ever reach a header value through a variable, or the client writes our response (or the
+/// request we send upstream). A URI is percent-encoded, which keeps it the same URI (nginx escapes $uri the
+/// same way in its directory redirect); any other field value gets SP in place of each control byte, which
+/// is what RFC 9110 §5.5 asks a recipient to do with CR, LF and NUL (a sender must not generate any CTL).
+/// Every template compiled for a header value carries one of the two (the directive setters choose it); the
+/// engine's send_head additionally percent-encodes control bytes in whatever Location it sends, whatever
+/// its source. Literal text with CR, LF or NUL in a header value is refused at load.
 struct Template {
   std::vector<TemplateSegment> segments;
   LogEscape escape = LogEscape::kNone;

@@ -11,6 +11,7 @@
 #include "core/http/conditional.hh"
 #include "core/http/connection_impl.hh"
 #include "core/http/status.hh"
+#include "core/http/uri.hh"
 #include "core/http/variables.hh"
 
 namespace kosoku::http {
@@ -196,7 +197,11 @@ void HttpConnection::send_head() {
     h.append("Transfer-Encoding: chunked\r\n");
   }
   if (!head_.etag.empty()) absl::StrAppend(&h, "ETag: ", head_.etag, "\r\n");
-  if (!head_.location.empty()) absl::StrAppend(&h, "Location: ", head_.location, "\r\n");
+  if (!head_.location.empty()) {
+    h.append("Location: ");
+    append_uri_field(head_.location, h);  // whatever set it, a control byte never leaves raw (uri.hh)
+    h.append("\r\n");
+  }
   if (head_.accept_ranges) h.append("Accept-Ranges: bytes\r\n");
   h.append(head_.extra);
   if (loc_ != nullptr) {

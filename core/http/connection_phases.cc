@@ -94,7 +94,7 @@ void HttpConnection::run_phases() {
   // ACCESS phase: allow/deny.
   if (!loc_->access.empty() && !access_allowed(*loc_, stream_->peer())) {
     KOSOKU_LOG(kError, "access forbidden by rule, client: %s, request: \"%s %s\"", stream_->peer_text(),
-               req_.method_text, req_.target);
+               req_.method_text, base::log_escaped(req_.target));
     respond(403, {}, {});
     return;
   }

@@ -108,4 +108,17 @@ void escape_path(std::string_view path, std::string& out) {
   }
 }
 
+void append_uri_field(std::string_view uri, std::string& out) {
+  static constexpr char kHex[] = "0123456789ABCDEF";
+  for (char c : uri) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u < 0x20 || u == 0x7f) {
+      const char e[3] = {'%', kHex[u >> 4], kHex[u & 15]};
+      out.append(e, 3);
+    } else {
+      out.push_back(c);
+    }
+  }
+}
+
 }  // namespace kosoku::http

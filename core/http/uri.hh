@@ -57,4 +57,9 @@ TargetParts split_target(std::string_view target);
 /// (e.g. the 301 to a directory's trailing slash): normalize_path(escape) gives the path back.
 void escape_path(std::string_view path, std::string& out);
 
+/// Appends a URI that goes out as a header value (Location) to `out`, percent-encoding the bytes no field
+/// value may carry (< 0x20 and DEL: CR, LF, NUL ...) and nothing else, so a Location from any source can
+/// never split the head; URIs built by escape_path or by a LogEscape::kUri template pass unchanged.
+void append_uri_field(std::string_view uri, std::string& out);
+
 }  // namespace kosoku::http

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "core/base/log.hh"
 #include "core/rules/cache_rule.hh"
 #include "re2/re2.h"
 
@@ -130,10 +131,8 @@ void build_request_head(const http::Exchange& ex, const ProxyLocationConf& conf,
       out.resize(mark);  // an empty value removes the field (nginx)
       continue;
     }
-    // A variable may carry a client's bytes; a CR or LF must never split the field.
-    for (size_t i = value_at; i < out.size(); ++i) {
-      if (out[i] == '\r' || out[i] == '\n') out[i] = ' ';
-    }
+    // A variable may carry a client's bytes: the templates are compiled with LogEscape::kField, so a CR, LF
+    // or NUL in them arrives here as SP and cannot split the field (config/variables.hh).
     out.append("\r\n");
   }
   if (framing == BodyFraming::kLength) {
@@ -299,10 +298,13 @@ uint32_t next_upstream_flag(int status) {
 
 std::string upstream_log_context(const http::Exchange& ex, std::string_view upstream) {
   const http::Request& req = ex.request();
+  // The client's target and Host escaped as nginx's access log does (base::log_escaped): a '"' in them
+  // cannot forge the fields after it.
   return absl::StrCat(", client: ", ex.remote_addr(), ", server: ",
                       ex.server().server_names.empty() ? std::string_view() : ex.server().server_names[0],
-                      ", request: \"", req.method_text, " ", req.target, " HTTP/1.", req.version_minor,
-                      "\", upstream: \"", upstream, "\", host: \"", ex.host(), "\"");
+                      ", request: \"", req.method_text, " ", base::log_escaped(req.target), " HTTP/1.",
+                      req.version_minor, "\", upstream: \"", upstream, "\", host: \"", base::log_escaped(ex.host()),
+                      "\"");
 }
 
 }  // namespace kosoku::proxy

@@ -3,9 +3,12 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "core/base/log.hh"
 #include "core/rules/json.hh"
@@ -28,7 +31,11 @@ uint64_t fnv1a(uint64_t h, std::string_view data) {
   return h;
 }
 
+constexpr std::string_view kTrailerPrefix = "# checksum ";
 constexpr std::string_view kChecksumPrefix = "# checksum fnv1a64=";
+
+// Where the file a write replaces is kept.
+std::string previous_path(const std::string& path) { return path + ".prev"; }
 
 bool write_all(int fd, std::string_view data) {
   while (!data.empty()) {
@@ -66,39 +73,88 @@ bool load_rules_file(const std::string& path, std::vector<RuleSet::Change>* out,
     text.append(buf, static_cast<size_t>(n));
   }
   ::close(fd);
+  const std::string prev = previous_path(path);
+  auto fail = [&](size_t line, std::string_view msg) {
+    *error = absl::StrCat(path, ":", line, ": ", msg);
+    if (::access(prev.c_str(), F_OK) == 0) absl::StrAppend(error, " (the previous file kosoku wrote is ", prev, ")");
+    return false;
+  };
+  if (text.empty()) {
+    return fail(1, "the file is empty: a rules file ends with a \"# checksum ... hosts=N\" line (truncated?)");
+  }
+  // Counted before anything is parsed, so a cut line is reported as the cut it is.
+  if (text.back() != '\n') {
+    return fail(static_cast<size_t>(std::count(text.begin(), text.end(), '\n')) + 1,
+                "the last line has no newline: the file is truncated");
+  }
+  std::vector<RuleSet::Change> changes;
   size_t line_no = 0;
   uint64_t sum = kFnvOffset;
   size_t records = 0;
-  std::string trailer;
+  std::string_view trailer;
+  size_t trailer_line = 0;
   for (size_t pos = 0; pos < text.size();) {
     size_t eol = text.find('\n', pos);
-    if (eol == std::string::npos) eol = text.size();
+    if (eol == std::string::npos) eol = text.size();  // not reached: the text ends with '\n' (checked above)
     std::string_view line(text.data() + pos, eol - pos);
     pos = eol + 1;
     ++line_no;
     while (!line.empty() && (line.back() == '\r' || line.back() == ' ' || line.back() == '\t')) line.remove_suffix(1);
     while (!line.empty() && (line.front() == ' ' || line.front() == '\t')) line.remove_prefix(1);
-    if (line.substr(0, kChecksumPrefix.size()) == kChecksumPrefix) trailer.assign(line);
+    if (absl::StartsWith(line, kTrailerPrefix)) {
+      if (trailer_line != 0) {
+        return fail(line_no, absl::StrCat("a second \"# checksum\" line (the first is line ", trailer_line, ")"));
+      }
+      trailer = line;
+      trailer_line = line_no;
+      continue;
+    }
     if (line.empty() || line.front() == '#') continue;
+    if (trailer_line != 0) {
+      return fail(line_no, absl::StrCat("a host line after the \"# checksum\" trailer of line ", trailer_line));
+    }
     sum = fnv1a(sum, line);
     sum = fnv1a(sum, "\n");
     ++records;
     RulesDoc doc;
     std::string err;
-    if (!parse_rules_doc(line, &doc, &err)) {
-      *error = absl::StrCat(path, ":", line_no, ": ", err);
-      return false;
-    }
-    if (!doc.host || !doc.patterns) {
-      *error = absl::StrCat(path, ":", line_no, ": a line needs \"host\" and \"patterns\"");
-      return false;
-    }
+    if (!parse_rules_doc(line, &doc, &err)) return fail(line_no, err);
+    if (!doc.host || !doc.patterns) return fail(line_no, "a line needs \"host\" and \"patterns\"");
     RuleSet::Change c;
     c.host = std::move(*doc.host);
     c.patterns = std::move(*doc.patterns);
-    out->push_back(std::move(c));
+    changes.push_back(std::move(c));
   }
-  *trusted = trailer == absl::StrCat(kChecksumPrefix, absl::Hex(sum, absl::kZeroPad16), " hosts=", records);
+  if (trailer_line == 0) {
+    return fail(line_no, absl::StrCat("no \"# checksum fnv1a64=HEX hosts=N\" trailer after ", records,
+                                      " host line(s): the file is truncated or was not written by kosoku (a file "
+                                      "written by hand ends with \"# checksum none hosts=N\")"));
+  }
+  // "# checksum fnv1a64=<16 hex digits> hosts=N" or "# checksum none hosts=N".
+  std::string_view rest = trailer.substr(kTrailerPrefix.size());
+  const size_t space = rest.find(' ');
+  const std::string_view sum_field = rest.substr(0, space);
+  const std::string_view hosts_field = space == std::string_view::npos ? std::string_view() : rest.substr(space + 1);
+  size_t declared = 0;
+  const bool hand = sum_field == "none";
+  const bool sum_ok = hand || (absl::StartsWith(sum_field, "fnv1a64=") && sum_field.size() == 8 + 16);
+  if (!sum_ok || !absl::StartsWith(hosts_field, "hosts=") || hosts_field.size() == 6 ||
+      !absl::SimpleAtoi(hosts_field.substr(6), &declared) ||
+      hosts_field.find_first_not_of("0123456789", 6) != std::string_view::npos) {
+    return fail(trailer_line, absl::StrCat("invalid trailer \"", trailer,
+                                           "\": expected \"# checksum fnv1a64=HEX hosts=N\" or \"# checksum none "
+                                           "hosts=N\""));
+  }
+  if (declared != records) {
+    return fail(trailer_line, absl::StrCat("the trailer says hosts=", declared, " but the file has ", records,
+                                           " host line(s): the file is truncated or was edited"));
+  }
+  if (!hand && sum_field.substr(8) != absl::StrCat(absl::Hex(sum, absl::kZeroPad16))) {
+    return fail(trailer_line, "the checksum of the host lines does not match the trailer: the file was changed "
+                              "after kosoku wrote it (a file edited by hand ends with \"# checksum none hosts=N\")");
+  }
+  *trusted = !hand;
+  for (RuleSet::Change& c : changes) out->push_back(std::move(c));
   return true;
 }
 
@@ -141,6 +197,14 @@ bool write_rules_file(const std::string& path, const RuleSet::Snapshot& snap, st
   if (!ok) {
     ::unlink(tmp.c_str());
     return false;
+  }
+  // The file being replaced stays as PATH.prev (a hard link: no copy), itself replaced atomically; a failure
+  // here costs only the spare copy, never the write.
+  const std::string prev = previous_path(path);
+  const std::string prev_tmp = prev + ".tmp";
+  ::unlink(prev_tmp.c_str());
+  if (::link(path.c_str(), prev_tmp.c_str()) == 0 && ::rename(prev_tmp.c_str(), prev.c_str()) != 0) {
+    ::unlink(prev_tmp.c_str());
   }
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
     *error = errno_text("rename", tmp, errno);

@@ -1,15 +1,25 @@
 // `cache_rules_file`: the rule set on disk, and the thread that keeps it there.
 //
 // Format: text, one JSON object per line, `{"host":"example.com","patterns":["\\.jpg$"]}` (json.hh); empty
-// lines and lines starting with '#' are ignored; a later line for the same host wins. Written whole and
-// atomically (write PATH.tmp, fsync, rename over PATH, fsync the directory), so a crash leaves either the
-// old or the new file, never a torn one.
+// lines and lines starting with '#' are ignored; a later line for the same host wins. The last line is the
+// trailer, `# checksum fnv1a64=HEX hosts=N`: FNV-1a 64 over the host lines (each with its '\n') and their
+// count. Written whole and atomically: write PATH.tmp, fsync it, hard-link the current PATH to PATH.prev (the
+// previous good file, kept for the operator), rename PATH.tmp over PATH, fsync the directory; so a crash
+// leaves the old or the new file, never a torn one (a stale PATH.tmp is never read).
 //
-// The writer ends the file with `# checksum fnv1a64=HEX hosts=N` over the record lines. A file whose
-// trailer matches was written by kosoku from validated rules, so loading it skips the RE2 validation
-// (~7 us per host: 7 s at start for a million hosts); a file edited by hand (no or a wrong trailer) is
-// validated line by line. The checksum guards against edits, not attacks: whoever can write the file can
-// write any rules anyway.
+// A file that does not match its own trailer is refused, never loaded in part: no trailer (an empty file, a
+// file cut at a line boundary), a trailer that is not the last line, a line cut in the middle (no newline at
+// the end), `hosts=N` that is not the number of host lines, or a checksum that does not match. The error is
+// `PATH:LINE: message` and names PATH.prev when it exists; kosoku then refuses to start (and `kosoku -t`
+// fails with the same message). Restoring PATH.prev by itself was weighed and left out: it would serve rules
+// one change old without anyone deciding it (a host's lost "nocache" could put private pages in the cache);
+// the operator restores it with one `mv` after reading the message.
+//
+// A file written by hand ends with `# checksum none hosts=N` instead: the count is still checked (so a cut
+// is still caught) and every pattern is validated by RE2. A file whose trailer carries kosoku's checksum was
+// written by kosoku from validated rules, so loading it skips the RE2 validation (~7 us per host: 7 s at
+// start for a million hosts). The checksum guards against damage and edits, not attacks: whoever can write
+// the file can write any rules anyway.
 //
 // Writes happen on a dedicated thread (never on a loop): a change calls request(); the thread takes a
 // snapshot of the set (shared_ptrs to the immutable shards, so it reads without holding any lock while it
@@ -31,11 +41,13 @@
 
 namespace kosoku::rules {
 
-/// Reads a rules file into changes. A missing file is an empty set (true). A malformed line gives false
-/// with *error = "PATH:LINE: message". *trusted: the checksum trailer matches (see above).
+/// Reads a rules file into changes. A missing file is an empty set (true). A malformed line or a file that
+/// does not match its trailer (see above) gives false with *error = "PATH:LINE: message" and nothing in
+/// *out. *trusted: the trailer carries kosoku's checksum and it matches.
 bool load_rules_file(const std::string& path, std::vector<RuleSet::Change>* out, bool* trusted, std::string* error);
 
-/// Writes `snap` to `path` atomically (see above). False with *error = "write() \"PATH.tmp\" failed (...)".
+/// Writes `snap` to `path` atomically, trailer included, keeping the file it replaces as PATH.prev (see
+/// above). False with *error = "write() \"PATH.tmp\" failed (...)"; PATH is then untouched.
 bool write_rules_file(const std::string& path, const RuleSet::Snapshot& snap, std::string* error);
 
 class Persister {

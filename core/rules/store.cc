@@ -10,7 +10,7 @@ namespace kosoku::rules {
 
 RuleStore::RuleStore(const RulesConf& conf, std::string file) : conf_(conf), file_(std::move(file)) {}
 
-bool RuleStore::load(std::string* error) {
+bool RuleStore::load(std::string* error, bool persist) {
   if (file_.empty()) return true;
   std::vector<RuleSet::Change> changes;
   if (!load_rules_file(file_, &changes, &trusted_, error)) return false;
@@ -21,7 +21,7 @@ bool RuleStore::load(std::string* error) {
       return false;
     }
   }
-  persister_ = std::make_unique<Persister>(set_, file_, set_.generation());
+  if (persist) persister_ = std::make_unique<Persister>(set_, file_, set_.generation());
   return true;
 }
 
@@ -39,6 +39,12 @@ RuleSet::Outcome RuleStore::erase(std::string_view host) {
 
 namespace {
 
+std::string resolve_file(const RulesConf& conf, const std::string& prefix) {
+  std::string file = conf.file;
+  if (!file.empty() && file[0] != '/') file = prefix + file;
+  return file;
+}
+
 std::mutex g_mu;
 std::string g_error;
 
@@ -55,8 +61,7 @@ RuleStore& process_store(const RulesConf& conf, const std::string& prefix) {
   std::lock_guard<std::mutex> lock(g_mu);
   std::unique_ptr<RuleStore>& g_store = store_slot();
   if (g_store == nullptr && g_error.empty()) {
-    std::string file = conf.file;
-    if (!file.empty() && file[0] != '/') file = prefix + file;
+    std::string file = resolve_file(conf, prefix);
     auto store = std::make_unique<RuleStore>(conf, file);
     std::string err;
     if (!store->load(&err)) {
@@ -70,6 +75,14 @@ RuleStore& process_store(const RulesConf& conf, const std::string& prefix) {
   }
   if (g_store == nullptr) throw std::system_error(std::make_error_code(std::errc::invalid_argument), g_error);
   return *g_store;
+}
+
+bool check_rules_file(const RulesConf& conf, const std::string& prefix, std::string* error) {
+  RuleStore store(conf, resolve_file(conf, prefix));
+  std::string err;
+  if (store.load(&err, false)) return true;
+  *error = absl::StrCat("cache_rules_file: ", err);
+  return false;
 }
 
 RuleStore* process_store_if_created() {

@@ -23,7 +23,7 @@ class RuleStore {
   /// Loads the file (start-up, blocking I/O) and starts the persister. Patterns are validated unless the
   /// file's checksum trailer shows kosoku wrote it (persist.hh). False with *error ("PATH:LINE: message", or
   /// the first invalid host/pattern) on a malformed file; the set is then empty and nothing is persisted.
-  bool load(std::string* error);
+  bool load(std::string* error) { return load(error, true); }
   /// The last load() skipped validation (the file carried kosoku's checksum).
   bool loaded_trusted() const { return trusted_; }
 
@@ -39,6 +39,9 @@ class RuleStore {
   RuleSet::Outcome erase(std::string_view host);
 
  private:
+  friend bool check_rules_file(const RulesConf& conf, const std::string& prefix, std::string* error);
+  bool load(std::string* error, bool persist);
+
   RulesConf conf_;
   std::string file_;
   RuleSet set_;
@@ -51,6 +54,10 @@ class RuleStore {
 /// Throws std::system_error(EINVAL, "cache_rules_file: MESSAGE") if the file cannot be loaded (start-up
 /// only: the worker fails to start and kosoku exits with the message).
 RuleStore& process_store(const RulesConf& conf, const std::string& prefix);
+/// `kosoku -t`: reads and validates the file `conf.file` names (resolved as process_store does) the way the
+/// start-up does, without starting anything. False with *error = the message the start-up would fail with
+/// ("cache_rules_file: PATH:LINE: message"). True when there is no file directive.
+bool check_rules_file(const RulesConf& conf, const std::string& prefix, std::string* error);
 /// The process's store if it exists (the console), else null.
 RuleStore* process_store_if_created();
 

@@ -197,7 +197,8 @@ void StaticState::next_try() {
 
 void StaticState::internal_redirect(std::string_view uri) {
   if (++redirects_ > kMaxInternalRedirects) {
-    KOSOKU_LOG(kError, "rewrite or internal redirection cycle while internally redirecting to \"%s\"", uri);
+    KOSOKU_LOG(kError, "rewrite or internal redirection cycle while internally redirecting to \"%s\"",
+               base::log_escaped(uri));
     ex_.respond(500);
     return;
   }
@@ -235,12 +236,15 @@ void StaticState::fail_open(int error) {
   int status = 500;
   if (error == ENOENT || error == ENOTDIR || error == ENAMETOOLONG || error == ELOOP) {
     status = 404;
-    KOSOKU_LOG(kError, "open() \"%s\" failed (%d: %s)", path_, error, std::strerror(error));
+    KOSOKU_LOG(kError, "open() \"%s\" failed (%d: %s)", base::log_escaped(path_), error,
+               std::strerror(error));
   } else if (error == EACCES || error == EPERM) {
     status = 403;
-    KOSOKU_LOG(kError, "open() \"%s\" failed (%d: %s)", path_, error, std::strerror(error));
+    KOSOKU_LOG(kError, "open() \"%s\" failed (%d: %s)", base::log_escaped(path_), error,
+               std::strerror(error));
   } else {
-    KOSOKU_LOG(kCrit, "open() \"%s\" failed (%d: %s)", path_, error, std::strerror(error));
+    KOSOKU_LOG(kCrit, "open() \"%s\" failed (%d: %s)", base::log_escaped(path_), error,
+               std::strerror(error));
   }
   ex_.respond(status);
 }
@@ -269,7 +273,7 @@ void StaticState::opened() {
       lookup(dir_path_ + idx[index_index_]);
       return;
     }
-    KOSOKU_LOG(kError, "directory index of \"%s\" is forbidden", dir_path_);
+    KOSOKU_LOG(kError, "directory index of \"%s\" is forbidden", base::log_escaped(dir_path_));
     ex_.respond(403);
     return;
   }
@@ -454,7 +458,8 @@ void StaticState::read_done(int32_t result) {
   // A short read is normal (RWF_NOWAIT returns what the page cache holds): the rest is read next. Zero means
   // the file shrank under us: the response cannot be completed honestly.
   if (result <= 0 || static_cast<uint32_t>(result) > read_len_) {
-    KOSOKU_LOG(kCrit, "read() \"%s\" failed or file truncated while reading (%d)", path_, result);
+    KOSOKU_LOG(kCrit, "read() \"%s\" failed or file truncated while reading (%d)", base::log_escaped(path_),
+               result);
     streaming_ = false;
     if (head_pending_) {
       head_pending_ = false;

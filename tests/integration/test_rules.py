@@ -11,6 +11,7 @@ import collections
 import http.client
 import http.server
 import json
+import re
 import signal
 import socket
 import subprocess
@@ -374,11 +375,121 @@ def test_default_nocache(tmp_path):
 
 def test_malformed_rules_file_refuses_to_start(tmp_path):
     rules = tmp_path / "rules.jsonl"
-    rules.write_text('{"host":"a.example","patterns":["ok"]}\n{"host":"b.example","patterns":["(x"]}\n')
+    # Written by hand: the trailer declares the count, the patterns are validated.
+    rules.write_text('{"host":"a.example","patterns":["ok"]}\n{"host":"b.example","patterns":["(x"]}\n'
+                     '# checksum none hosts=2\n')
     k = Kosoku(tmp_path, rules_file=rules)
     p = subprocess.run([sut.kosoku_bin(), "-c", str(k.conf)], capture_output=True, timeout=30 * sut.SLOWDOWN)
     assert p.returncode == 1
     err = p.stderr.decode()
     assert f'cache_rules_file: {rules}: invalid pattern "(x": missing ): (x' in err, err
     # The file is left as it was.
-    assert rules.read_text().count("\n") == 2
+    assert rules.read_text().count("\n") == 3
+
+
+# ---- a rules file that does not match its own trailer ----
+
+FIVE_HOSTS = {f"h{i}.example": [f"^/{i}/"] for i in range(5)}
+
+
+@pytest.fixture
+def written_rules(tmp_path):
+    """A rules file kosoku wrote: five hosts, one PUT each (so five writes, the fourth kept as .prev)."""
+    rules = tmp_path / "rules.jsonl"
+    k = Kosoku(tmp_path, rules_file=rules).start()
+    try:
+        for h, p in FIVE_HOSTS.items():
+            assert k.api("PUT", "/" + h, {"patterns": p})[0] == 201
+    finally:
+        assert k.stop() == 0
+    return rules
+
+
+def damage(text: str, how: str) -> str:
+    lines = text.splitlines(keepends=True)
+    assert lines[0].startswith("# kosoku cache rules") and lines[-1].startswith("# checksum fnv1a64="), lines
+    assert len(lines) == 7  # header, five hosts, trailer
+    if how == "empty":
+        return ""
+    if how == "cut-at-line-boundary":
+        return "".join(lines[:3])  # the header and two hosts: what loaded as two hosts before
+    if how == "no-trailer":
+        return "".join(lines[:-1])
+    if how == "count-mismatch":
+        return "".join(lines[:3] + lines[4:])  # a host line gone, the trailer kept
+    if how == "cut-mid-line":
+        return text[: len(text) - len(lines[-1]) - len(lines[-2]) // 2]
+    if how == "checksum-mismatch":
+        return text.replace('"^/2/"', '"^/9/"')
+    raise AssertionError(how)
+
+
+EXPECTED_DAMAGE = {
+    "empty": (1, "the file is empty"),
+    "cut-at-line-boundary": (3, 'no "# checksum fnv1a64=HEX hosts=N" trailer after 2 host line(s): the file is '
+                                "truncated or was not written by kosoku"),
+    "no-trailer": (6, 'no "# checksum fnv1a64=HEX hosts=N" trailer after 5 host line(s)'),
+    "count-mismatch": (6, "the trailer says hosts=5 but the file has 4 host line(s): the file is truncated or was "
+                          "edited"),
+    "cut-mid-line": (6, "the last line has no newline: the file is truncated"),
+    "checksum-mismatch": (7, "the checksum of the host lines does not match the trailer"),
+}
+
+
+@pytest.mark.parametrize("how", list(EXPECTED_DAMAGE))
+def test_rules_file_not_matching_its_trailer_refuses_to_start(tmp_path, written_rules, how):
+    rules = written_rules
+    prev = Path(str(rules) + ".prev")
+    assert prev.exists(), "the writer keeps the file it replaced"
+    damaged = damage(rules.read_text(), how)
+    rules.write_text(damaged)
+    line, message = EXPECTED_DAMAGE[how]
+    expected = f"cache_rules_file: {rules}:{line}: {message}"
+    k = Kosoku(tmp_path, rules_file=rules)
+    started = subprocess.run([sut.kosoku_bin(), "-c", str(k.conf)], capture_output=True,
+                             timeout=30 * sut.SLOWDOWN)
+    err = started.stderr.decode()
+    assert started.returncode == 1, err
+    assert expected in err, err
+    assert f"(the previous file kosoku wrote is {prev})" in err, err
+    # `kosoku -t` fails with the same message.
+    checked = subprocess.run([sut.kosoku_bin(), "-t", "-c", str(k.conf)], capture_output=True,
+                             timeout=30 * sut.SLOWDOWN)
+    terr = checked.stderr.decode()
+    assert checked.returncode == 1, terr
+    assert f"kosoku: [emerg] {expected}" in terr, terr
+    assert f"configuration file {k.conf} test failed" in terr, terr
+    assert rules.read_text() == damaged  # left as it was for the operator
+
+    # The operator's way back: the previous file (four hosts) loads.
+    prev.replace(rules)
+    assert subprocess.run([sut.kosoku_bin(), "-t", "-c", str(k.conf)], capture_output=True,
+                          timeout=30 * sut.SLOWDOWN).returncode == 0
+    k.start()
+    try:
+        status, _, doc = k.api("GET", "")
+        assert status == 200 and doc["count"] == 4, doc
+    finally:
+        assert k.stop() == 0
+
+
+def test_config_test_accepts_an_intact_rules_file(tmp_path, written_rules):
+    k = Kosoku(tmp_path, rules_file=written_rules)
+    p = subprocess.run([sut.kosoku_bin(), "-t", "-c", str(k.conf)], capture_output=True, timeout=30 * sut.SLOWDOWN)
+    assert p.returncode == 0, p.stderr.decode()
+    assert b"test is successful" in p.stdout
+
+
+def test_hand_written_rules_file_declares_its_count(tmp_path):
+    rules = tmp_path / "rules.jsonl"
+    rules.write_text('{"host":"site.example","patterns":["\\\\.png$"]}\n# checksum none hosts=1\n')
+    k = Kosoku(tmp_path, rules_file=rules).start()
+    try:
+        assert k.api("GET", "/site.example")[2]["patterns"] == [r"\.png$"]
+        assert k.cache_rule("/a.png") == ""
+        assert k.api("PUT", "/other.example", {"patterns": []})[0] == 201
+    finally:
+        assert k.stop() == 0
+    # The first write replaces it with kosoku's own trailer; the hand-written file is kept as .prev.
+    assert re.fullmatch(r"# checksum fnv1a64=[0-9a-f]{16} hosts=2", rules.read_text().splitlines()[-1])
+    assert Path(str(rules) + ".prev").read_text().endswith("# checksum none hosts=1\n")

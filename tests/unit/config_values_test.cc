@@ -234,6 +234,33 @@ TEST(ConfigVariables, ExpandWithEscaping) {
   EXPECT_EQ(out, "[-]");
 }
 
+// The two header contexts (variables.hh): no CR, LF, NUL or other control byte of a variable's value reaches
+// the field; literal text is kept.
+TEST(ConfigVariables, ExpandForHeaderValues) {
+  FakeRequest req;
+  req.uri = std::string("/a\r\nSet-Cookie: x=1\0\x01\x1b\x7f\tb %41%25\xc3\xa9", 34);
+  std::string e;
+  Template t = compile("http://h$uri|$remote_user|\t", {}, &e);
+  ASSERT_TRUE(e.empty()) << e;
+  std::string out;
+  t.escape = LogEscape::kField;
+  expand(t, req, out);
+  EXPECT_EQ(out, "http://h/a  Set-Cookie: x=1    \tb %41%25\xc3\xa9||\t");  // SP for each, HTAB kept
+  t.escape = LogEscape::kUri;
+  out = "Location: ";
+  expand(t, req, out);
+  EXPECT_EQ(out, "Location: http://h/a%0D%0ASet-Cookie:%20x=1%00%01%1B%7F%09b%20%41%25%C3%A9||\t");
+  // Nothing is encoded twice; a value without such bytes is copied as it is.
+  req.uri = "/already%0D%0Aencoded?x=%20";
+  out.clear();
+  expand(t, req, out);
+  EXPECT_EQ(out, "http://h/already%0D%0Aencoded?x=%20||\t");
+  out.clear();
+  t.escape = LogEscape::kField;
+  expand(t, req, out);
+  EXPECT_EQ(out, "http://h/already%0D%0Aencoded?x=%20||\t");
+}
+
 TEST(ConfigVariables, ExpandDoesNotReallocateWhenReserved) {
   FakeRequest req;
   std::string e;

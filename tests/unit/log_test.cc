@@ -215,6 +215,46 @@ TEST(ErrorLog, LongLinesAreTruncatedToMaxLine) {
   EXPECT_EQ(content[content.size() - 2], 'x');
 }
 
+TEST(ErrorLog, ControlBytesOfAMessageAreEscapedSoOneWriteIsOneLine) {
+  TempDir dir;
+  ErrorLog log;
+  ASSERT_EQ(log.open(dir.file("e.log"), LogLevel::kWarn), 0);
+  // A decoded URI that tries to start a forged line, move the terminal, and carries a NUL and DEL.
+  const std::string path("/srv/a\r\n2026/01/01 00:00:00 [emerg] 1#0: forged\x1b[2J\0\x7f\t\"q\\", 57);
+  KOSOKU_LOG_TO(log, LogLevel::kError, "open() \"%s\" failed (%d: %s)", path, 2, "No such file or directory");
+  auto lines = read_lines(dir.file("e.log"));
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_NE(lines[0].find("open() \"/srv/a\\x0D\\x0A2026/01/01 00:00:00 [emerg] 1#0: forged\\x1B[2J\\x00\\x7F\\x09"
+                          "\"q\\\" failed (2: No such file or directory)"),
+            std::string::npos)
+      << lines[0];
+  // The ring keeps the same escaped line.
+  EXPECT_EQ(log.recent(1)[0], lines[0]);
+  // log_escaped(): nginx's access-log escaping for client values the line quotes ('"' and '\\' too).
+  EXPECT_EQ(log_escaped(path), "/srv/a\\x0D\\x0A2026/01/01 00:00:00 [emerg] 1#0: forged\\x1B[2J\\x00\\x7F\\x09"
+                               "\\x22q\\x5C");
+  EXPECT_EQ(log_escaped("caf\xc3\xa9 ok"), "caf\\xC3\\xA9 ok");
+  KOSOKU_LOG_TO(log, LogLevel::kError, "open() \"%s\" failed", log_escaped(path));
+  lines = read_lines(dir.file("e.log"));
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_NE(lines[1].find("open() \"/srv/a\\x0D\\x0A2026/01/01 00:00:00 [emerg] 1#0: forged\\x1B[2J\\x00\\x7F\\x09"
+                          "\\x22q\\x5C\" failed"),
+            std::string::npos)
+      << lines[1];
+}
+
+TEST(ErrorLog, TruncationNeverCutsAnEscape) {
+  TempDir dir;
+  ErrorLog log;
+  ASSERT_EQ(log.open(dir.file("e.log"), LogLevel::kWarn), 0);
+  std::string big(5000, '\n');
+  KOSOKU_LOG_TO(log, LogLevel::kError, "%s", big);
+  std::string content = read_file(dir.file("e.log"));
+  EXPECT_LE(content.size(), ErrorLog::kMaxLine);
+  ASSERT_EQ(content.find('\n'), content.size() - 1);
+  EXPECT_EQ(content.substr(content.size() - 5), "\\x0A\n");
+}
+
 TEST(ErrorLog, ReopenAfterRenameLikeLogrotate) {
   TempDir dir;
   std::string path = dir.file("error.log");

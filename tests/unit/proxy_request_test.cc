@@ -177,6 +177,20 @@ TEST(ProxyRequest, SetHeadersVariablesAndRemoval) {
             "\r\n");
 }
 
+// A decoded $uri holds the client's %0d%0a: the field sent upstream gets SP for every control byte (no CR,
+// LF, NUL, ESC or DEL), so it can neither be split nor carry bytes a field value may not hold.
+TEST(ProxyRequest, SetHeaderVariablesCannotSplitTheField) {
+  auto conf = load(std::string(kServer) +
+                   "location / { proxy_pass http://127.0.0.1:81; proxy_set_header X-U \"[$uri]\"; } }");
+  const std::string h = head_for(*conf, "GET /a%0d%0aX-Evil:%201%01%1b%7f%09z HTTP/1.1\r\nHost: h\r\n\r\n");
+  EXPECT_EQ(h,
+            "GET /a%0d%0aX-Evil:%201%01%1b%7f%09z HTTP/1.0\r\n"
+            "X-U: [/a  X-Evil: 1   \tz]\r\n"
+            "Host: 127.0.0.1:81\r\n"
+            "Connection: close\r\n"
+            "\r\n");
+}
+
 TEST(ProxyRequest, PassRequestHeadersOff) {
   auto conf = load(std::string(kServer) +
                    "location / { proxy_pass http://127.0.0.1:81; proxy_pass_request_headers off; } }");
@@ -468,7 +482,9 @@ TEST(ProxyRedirectTest, DefaultTextRegexOffAndRefresh) {
                    "location /off/ { proxy_pass http://127.0.0.1:8000; proxy_redirect off; "
                    "  location /off/inner/ { proxy_pass http://127.0.0.1:8000; } } "
                    "location /expl/ { proxy_pass http://127.0.0.1:8000/x/; proxy_redirect default; "
-                   "  proxy_redirect http://a/ http://b/; } }");
+                   "  proxy_redirect http://a/ http://b/; } "
+                   "location /uri/ { proxy_pass http://127.0.0.1:8000; "
+                   "  proxy_redirect http://origin.internal/ http://$host$uri/; } }");
   // default: proxy_pass URL (with its URI part) -> the location's name.
   EXPECT_EQ(redirected(*conf, "/two/a", "http://127.0.0.1:8000/one/page?q=1"), "/two/page?q=1");
   EXPECT_EQ(redirected(*conf, "/two/a", "http://127.0.0.1:8000/other"), "http://127.0.0.1:8000/other");
@@ -484,6 +500,11 @@ TEST(ProxyRedirectTest, DefaultTextRegexOffAndRefresh) {
   EXPECT_EQ(redirected(*conf, "/text/a", "", "X-A: 1\r\nRefresh: 5; URL=http://origin.internal/next\r\nX-B: 2\r\n"),
             "|X-A: 1\r\nRefresh: 5; URL=http://front.example:8080/next\r\nX-B: 2\r\n");
   EXPECT_EQ(redirected(*conf, "/text/a", "", "Refresh: 5\r\n"), "|Refresh: 5\r\n");
+  // A replacement with variables: a decoded $uri's control bytes are percent-encoded, in Location and Refresh.
+  EXPECT_EQ(redirected(*conf, "/uri/a%0d%0aSet-Cookie:%20x=1", "http://origin.internal/next",
+                       "Refresh: 5; url=http://origin.internal/r\r\n"),
+            "http://front.example/uri/a%0D%0ASet-Cookie:%20x=1/next|"
+            "Refresh: 5; url=http://front.example/uri/a%0D%0ASet-Cookie:%20x=1/r\r\n");
   // off, inherited by a nested location (which then gets no default either).
   EXPECT_EQ(redirected(*conf, "/off/a", "http://127.0.0.1:8000/off/b"), "http://127.0.0.1:8000/off/b");
   EXPECT_EQ(redirected(*conf, "/off/inner/a", "http://127.0.0.1:8000/x"), "http://127.0.0.1:8000/x");

@@ -18,6 +18,9 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "core/config/loader.hh"
 #include "core/rules/admin_handler.hh"
 #include "core/rules/compiled_cache.hh"
@@ -477,7 +480,7 @@ TEST(RulesPersist, FileRoundTripAndErrors) {
   size_t trailer = text.rfind("# checksum fnv1a64=");
   ASSERT_NE(trailer, std::string::npos);
   EXPECT_EQ(text.substr(trailer + 19 + 16), " hosts=3\n");
-  // A hand edit that keeps the trailer no longer matches it: the file is validated, the bad pattern refused.
+  // A hand edit that keeps kosoku's trailer no longer matches it: refused at the trailer's line.
   std::string edited = text;
   size_t at = edited.find("[\"d\"]");
   ASSERT_NE(at, std::string::npos);
@@ -485,9 +488,16 @@ TEST(RulesPersist, FileRoundTripAndErrors) {
   std::ofstream(d.file("edited")) << edited;
   RuleStore edited_store(conf_with(), d.file("edited"));
   EXPECT_FALSE(edited_store.load(&err));
+  EXPECT_EQ(err, d.file("edited") + ":5: the checksum of the host lines does not match the trailer: the file was "
+                 "changed after kosoku wrote it (a file edited by hand ends with \"# checksum none hosts=N\")");
+  // The same edit declared as a hand edit is validated: the bad pattern is refused.
+  edited.replace(edited.rfind("# checksum"), std::string::npos, "# checksum none hosts=3\n");
+  std::ofstream(d.file("edited")) << edited;
+  RuleStore hand_edited(conf_with(), d.file("edited"));
+  EXPECT_FALSE(hand_edited.load(&err));
   EXPECT_EQ(err, d.file("edited") + ": invalid pattern \"(\": missing ): (");
-  // Without a trailer (written by hand) a valid file loads, validated.
-  std::ofstream(d.file("hand")) << "{\"host\":\"a.example\",\"patterns\":[\"x\"]}\n";
+  // Written by hand (`# checksum none hosts=N`) a valid file loads, validated.
+  std::ofstream(d.file("hand")) << "{\"host\":\"a.example\",\"patterns\":[\"x\"]}\n# checksum none hosts=1\n";
   RuleStore hand(conf_with(), d.file("hand"));
   ASSERT_TRUE(hand.load(&err)) << err;
   EXPECT_FALSE(hand.loaded_trusted());
@@ -497,7 +507,7 @@ TEST(RulesPersist, FileRoundTripAndErrors) {
   RuleStore bad1(conf_with(), d.file("bad1"));
   EXPECT_FALSE(bad1.load(&err));
   EXPECT_EQ(err, d.file("bad1") + ":4: a line needs \"host\" and \"patterns\"");
-  std::ofstream(d.file("bad2")) << "{\"host\":\"a.example\",\"patterns\":[\"(\"]}\n";
+  std::ofstream(d.file("bad2")) << "{\"host\":\"a.example\",\"patterns\":[\"(\"]}\n# checksum none hosts=1\n";
   RuleStore bad2(conf_with(), d.file("bad2"));
   EXPECT_FALSE(bad2.load(&err));
   EXPECT_EQ(err, d.file("bad2") + ": invalid pattern \"(\": missing ): (");
@@ -505,6 +515,164 @@ TEST(RulesPersist, FileRoundTripAndErrors) {
   RuleStore bad3(conf_with(), d.file("bad3"));
   EXPECT_FALSE(bad3.load(&err));
   EXPECT_EQ(err, d.file("bad3") + ":1: invalid JSON at byte 36: expected '}'");
+}
+
+// A file kosoku wrote with five hosts, its lines (header, five hosts, trailer).
+std::vector<std::string> five_host_lines(const TempDir& d, std::string* text) {
+  const std::string path = d.file("five");
+  {
+    RuleStore store(conf_with(), path);
+    std::string err;
+    EXPECT_TRUE(store.load(&err)) << err;
+    for (int i = 0; i < 5; ++i) EXPECT_TRUE(store.put(absl::StrCat("h", i, ".example"), P({"x"})).ok);
+    EXPECT_TRUE(store.persister()->flush());
+  }
+  *text = read_file(path);
+  std::vector<std::string> lines = absl::StrSplit(*text, '\n');
+  lines.pop_back();  // after the last newline
+  return lines;
+}
+
+// What loading `text` (as file `name`) reports; "" when it loads.
+std::string load_error(const TempDir& d, const std::string& name, const std::string& text, size_t* hosts = nullptr) {
+  std::ofstream(d.file(name), std::ios::binary | std::ios::trunc) << text;
+  std::vector<RuleSet::Change> changes;
+  bool trusted = false;
+  std::string err;
+  const bool ok = load_rules_file(d.file(name), &changes, &trusted, &err);
+  EXPECT_EQ(ok, err.empty());
+  if (!ok) EXPECT_TRUE(changes.empty()) << "a refused file must load nothing";
+  if (hosts) *hosts = changes.size();
+  return err;
+}
+
+TEST(RulesPersist, FileThatDoesNotMatchItsTrailerIsRefused) {
+  TempDir d;
+  std::string text;
+  std::vector<std::string> l = five_host_lines(d, &text);
+  ASSERT_EQ(l.size(), 7u) << text;
+  ASSERT_TRUE(absl::StartsWith(l[6], "# checksum fnv1a64=")) << text;
+  auto join = [](std::initializer_list<std::string> lines) {
+    std::string out;
+    for (const std::string& x : lines) absl::StrAppend(&out, x, "\n");
+    return out;
+  };
+  const std::string f = d.file("f");
+  size_t hosts = 99;
+  EXPECT_EQ(load_error(d, "f", text, &hosts), "");
+  EXPECT_EQ(hosts, 5u);
+  EXPECT_EQ(load_error(d, "f", ""), f + ":1: the file is empty: a rules file ends with a \"# checksum ... hosts=N\" "
+                                          "line (truncated?)");
+  // Cut at a line boundary: this loaded two of the five hosts before.
+  EXPECT_EQ(load_error(d, "f", join({l[0], l[1], l[2]})),
+            f + ":3: no \"# checksum fnv1a64=HEX hosts=N\" trailer after 2 host line(s): the file is truncated or "
+                "was not written by kosoku (a file written by hand ends with \"# checksum none hosts=N\")");
+  EXPECT_EQ(load_error(d, "f", join({l[0]})),
+            f + ":1: no \"# checksum fnv1a64=HEX hosts=N\" trailer after 0 host line(s): the file is truncated or "
+                "was not written by kosoku (a file written by hand ends with \"# checksum none hosts=N\")");
+  EXPECT_EQ(load_error(d, "f", join({l[0], l[1], l[3], l[4], l[5], l[6]})),
+            f + ":6: the trailer says hosts=5 but the file has 4 host line(s): the file is truncated or was edited");
+  EXPECT_EQ(load_error(d, "f", join({l[0], l[1], l[2], l[3], l[4], l[5], l[5], l[6]})),
+            f + ":8: the trailer says hosts=5 but the file has 6 host line(s): the file is truncated or was edited");
+  // Cut inside a line, the trailer's included.
+  EXPECT_EQ(load_error(d, "f", text.substr(0, text.size() - 1)),
+            f + ":7: the last line has no newline: the file is truncated");
+  EXPECT_EQ(load_error(d, "f", text.substr(0, text.size() - l[6].size() - 10)),
+            f + ":6: the last line has no newline: the file is truncated");
+  // A line changed in place (same count): the checksum.
+  std::string changed = text;
+  changed.replace(changed.find("h3.example"), 10, "h9.example");
+  EXPECT_EQ(load_error(d, "f", changed),
+            f + ":7: the checksum of the host lines does not match the trailer: the file was changed after kosoku "
+                "wrote it (a file edited by hand ends with \"# checksum none hosts=N\")");
+  // Two files concatenated; hosts after the trailer; a malformed trailer.
+  EXPECT_EQ(load_error(d, "f", text + text), f + ":9: a host line after the \"# checksum\" trailer of line 7");
+  EXPECT_EQ(load_error(d, "f", text + l[6] + "\n"), f + ":8: a second \"# checksum\" line (the first is line 7)");
+  EXPECT_EQ(load_error(d, "f", join({l[1], "# checksum fnv1a64=12 hosts=1"})),
+            f + ":2: invalid trailer \"# checksum fnv1a64=12 hosts=1\": expected \"# checksum fnv1a64=HEX hosts=N\" "
+                "or \"# checksum none hosts=N\"");
+  EXPECT_EQ(load_error(d, "f", join({l[1], "# checksum none hosts=1x"})),
+            f + ":2: invalid trailer \"# checksum none hosts=1x\": expected \"# checksum fnv1a64=HEX hosts=N\" "
+                "or \"# checksum none hosts=N\"");
+  EXPECT_EQ(load_error(d, "f", join({l[1], "# checksum none"})),
+            f + ":2: invalid trailer \"# checksum none\": expected \"# checksum fnv1a64=HEX hosts=N\" "
+                "or \"# checksum none hosts=N\"");
+  // A hand-written file: the count is checked, the checksum is not.
+  EXPECT_EQ(load_error(d, "f", join({l[1], l[2], "# checksum none hosts=2"}), &hosts), "");
+  EXPECT_EQ(hosts, 2u);
+  EXPECT_EQ(load_error(d, "f", join({"# checksum none hosts=0"}), &hosts), "");
+  EXPECT_EQ(hosts, 0u);
+  EXPECT_EQ(load_error(d, "f", join({l[1], "# checksum none hosts=2"})),
+            f + ":2: the trailer says hosts=2 but the file has 1 host line(s): the file is truncated or was edited");
+  // The previous good copy is named when there is one.
+  std::ofstream(f + ".prev") << text;
+  EXPECT_EQ(load_error(d, "f", ""), f + ":1: the file is empty: a rules file ends with a \"# checksum ... hosts=N\" "
+                                          "line (truncated?) (the previous file kosoku wrote is " + f + ".prev)");
+  // The store refuses it as a whole: nothing is loaded, nothing persisted.
+  RuleStore store(conf_with(), f);
+  std::string err;
+  EXPECT_FALSE(store.load(&err));
+  EXPECT_EQ(store.set().size(), 0u);
+  EXPECT_EQ(store.persister(), nullptr);
+  // `kosoku -t`: the same message as the start-up's (process_store's "cache_rules_file: ..."), nothing started.
+  RulesConf c = conf_with();
+  c.file = "f";
+  std::string check_err;
+  EXPECT_FALSE(check_rules_file(c, d.path() + "/", &check_err));
+  EXPECT_EQ(check_err, "cache_rules_file: " + err);
+  std::ofstream(f, std::ios::trunc) << text;
+  EXPECT_TRUE(check_rules_file(c, d.path() + "/", &check_err));
+  c.file = "";
+  EXPECT_TRUE(check_rules_file(c, d.path() + "/", &check_err));
+}
+
+TEST(RulesPersist, WriterAlwaysEndsWithTrailerAndKeepsThePreviousFile) {
+  TempDir d;
+  const std::string path = d.file("rules");
+  RuleStore store(conf_with(), path);
+  std::string err;
+  ASSERT_TRUE(store.load(&err)) << err;
+  ASSERT_TRUE(store.put("a.example", P({"x"})).ok);
+  ASSERT_TRUE(store.persister()->flush());
+  EXPECT_FALSE(std::filesystem::exists(path + ".prev"));  // nothing to keep before the first write
+  const std::string first = read_file(path);
+  ASSERT_TRUE(store.erase("a.example").ok);
+  ASSERT_TRUE(store.persister()->flush());
+  // The empty set still has its trailer, and loads as empty (not refused as an empty file).
+  const std::string second = read_file(path);
+  EXPECT_TRUE(absl::EndsWith(second, " hosts=0\n")) << second;
+  EXPECT_EQ(read_file(path + ".prev"), first);
+  std::vector<RuleSet::Change> changes;
+  bool trusted = false;
+  ASSERT_TRUE(load_rules_file(path, &changes, &trusted, &err)) << err;
+  EXPECT_TRUE(trusted);
+  EXPECT_TRUE(changes.empty());
+  ASSERT_TRUE(store.put("b.example", P({"y"})).ok);
+  ASSERT_TRUE(store.persister()->flush());
+  EXPECT_EQ(read_file(path + ".prev"), second);
+  EXPECT_FALSE(std::filesystem::exists(path + ".prev.tmp"));
+  EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
+}
+
+// A crash mid-write (the temp file half written, never renamed) leaves the last complete file in place, and a
+// half-written file that somehow took the name is refused, not loaded in part.
+TEST(RulesPersist, CrashMidWriteNeverLoadsPartially) {
+  TempDir d;
+  std::string text;
+  five_host_lines(d, &text);
+  const std::string path = d.file("five");
+  std::ofstream(path + ".tmp", std::ios::binary) << text.substr(0, text.size() / 2);
+  std::vector<RuleSet::Change> changes;
+  bool trusted = false;
+  std::string err;
+  ASSERT_TRUE(load_rules_file(path, &changes, &trusted, &err)) << err;
+  EXPECT_EQ(changes.size(), 5u);
+  for (size_t cut = 0; cut < text.size(); ++cut) {
+    size_t hosts = 0;
+    const std::string e = load_error(d, "cut", text.substr(0, cut), &hosts);
+    EXPECT_FALSE(e.empty()) << "a file cut at byte " << cut << " of " << text.size() << " loaded " << hosts
+                            << " host(s)";
+  }
 }
 
 TEST(RulesPersist, WriteFailureIsReported) {
