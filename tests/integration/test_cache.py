@@ -188,7 +188,7 @@ def cache_config(port: int, origin_port: int, w: Path) -> str:
         add_header X-Cache-Status $upstream_cache_status;
         location / {{
             proxy_pass http://origin;
-            proxy_cache_purge PURGE from 127.0.0.1;
+            proxy_cache_purge PURGE wildcard from 127.0.0.1;
         }}
         location /lockto/ {{
             proxy_pass http://origin;
