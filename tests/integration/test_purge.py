@@ -192,6 +192,9 @@ def test_wildcard_purge_stays_within_its_host(vh):
     p = "/w" + prefix()
     paths = [f"{p}/x/1", f"{p}/x/2", f"{p}/y"]
     vh.fill(paths)
+    # Only a trailing "*" is a wildcard (nginx plus): "/x/*/1" is the key of that URI, which is not cached.
+    assert vh.get("a.example", f"{p}/*/1", method="PURGE").status == 404
+    assert all(vh.cached_map(paths).values())
     r = vh.get("a.example", f"{p}/x/*", method="PURGE")
     assert r.status == 200 and b"Entries: 2" in r.body
     state = vh.cached_map(paths)
