@@ -16,8 +16,9 @@
 //   proxy_cache_use_stale off | error timeout invalid_header updating http_500 http_502 http_503 http_504
 //                         http_403 http_404 http_429 ...;
 //   proxy_cache_background_update on|off;            proxy_ignore_headers FIELD ...;
-//   proxy_cache_purge ZONE KEY;                       (location: a purge endpoint; KEY may end in or contain `*`)
-//   proxy_cache_purge on | off | METHOD [from all | ADDR[/N] ...];   (same location as proxy_cache)
+//   proxy_cache_purge ZONE KEY [wildcard] [any_host];   (location: a purge endpoint; a `*` ending KEY as
+//                                                         written is a wildcard, see cache/purge_key.hh)
+//   proxy_cache_purge on | off | METHOD [wildcard] [any_host] [from all | ADDR[/N] ...];  (beside proxy_cache)
 //   split_clients STRING $variable { P% value; ... * value; }                                        (http)
 #pragma once
 
@@ -143,6 +144,11 @@ struct PurgeConf {
   std::string zone;                                  // kZoneKey
   std::shared_ptr<const config::Template> key;       // kZoneKey
   std::string method = "PURGE";                      // kMethod
+  bool wildcard = false;   // `wildcard`: a trailing `*` the request supplies selects every key with that prefix
+  bool any_host = false;   // `any_host`: a purge may reach the keys of other hosts (purge_key.hh)
+  std::string file;        // where the directive was written (configuration-time checks)
+  int line = 0;
+  int col = 0;
   struct From {
     bool all = false;
     int family = 0;

@@ -2,7 +2,6 @@
 // entry: cache_serve.cc).
 #include "core/cache/cache_handler.hh"
 
-#include <arpa/inet.h>
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -16,7 +15,7 @@
 #include "core/cache/cache_variables.hh"
 #include "core/cache/fetch_observer.hh"
 #include "core/cache/freshness.hh"
-#include "core/cache/purge.hh"
+#include "core/cache/purge_request.hh"
 #include "core/http/conditional.hh"
 #include "core/stats/counters.hh"
 
@@ -43,30 +42,6 @@ uint32_t method_bit(http::Method m) {
     case http::Method::kPost: return kMethodPost;
     default: return 0;
   }
-}
-
-// proxy_cache_purge ... from ADDR[/N]: the client's address against the list.
-bool from_allowed(const std::vector<PurgeConf::From>& list, std::string_view addr_text) {
-  if (list.empty()) return true;
-  std::string a(addr_text);
-  uint8_t bytes[16] = {};
-  int family = AF_INET;
-  if (inet_pton(AF_INET, a.c_str(), bytes) != 1) {
-    if (inet_pton(AF_INET6, a.c_str(), bytes) != 1) return false;
-    family = AF_INET6;
-  }
-  for (const PurgeConf::From& f : list) {
-    if (f.all) return true;
-    if (f.family != family) continue;
-    int bits = f.prefix;
-    bool ok = true;
-    for (int i = 0; bits > 0 && ok; ++i, bits -= 8) {
-      uint8_t mask = bits >= 8 ? 0xff : static_cast<uint8_t>(0xff << (8 - bits));
-      ok = (bytes[i] & mask) == f.addr[i];
-    }
-    if (ok) return true;
-  }
-  return false;
 }
 
 }  // namespace
@@ -191,31 +166,6 @@ std::unique_ptr<proxy::UpstreamObserver> CacheModule::observe(http::Exchange& ex
   return nullptr;
 }
 
-namespace {
-
-// A purge request (either shape): 200 when something was removed, 404 when nothing was; never forwarded.
-void purge_request(CacheModule& m, http::Exchange& ex, CachePath& path, const std::string& key) {
-  const PurgeConf& pc = ex.location().cache.purge;
-  if (pc.mode == PurgeConf::Mode::kMethod && !from_allowed(pc.from, ex.remote_addr())) {
-    KOSOKU_LOG(kError, "purge forbidden by \"proxy_cache_purge ... from\", client: %s, key: \"%s\"", ex.remote_addr(),
-               key);
-    ex.respond(403);
-    return;
-  }
-  ++m.counters().purges;
-  disk::DiskQueue& q = m.queue_for(path, ex);
-  const config::AioMode aio = ex.location().aio;
-  PurgeResult r = purge(path, key, [&](std::string f) { remove_file_async(q, aio, std::move(f)); });
-  if (r.removed == 0) {
-    ex.respond(404);
-    return;
-  }
-  std::string body = absl::StrCat("Successful purge\nKey: ", key, "\nEntries: ", r.removed, "\n");
-  ex.respond(200, body, "text/plain");
-}
-
-}  // namespace
-
 void CacheModule::handle(http::Exchange& ex) {
   const PurgeConf& pc = ex.location().cache.purge;
   CachePath* path = reg_ != nullptr ? reg_->find(pc.zone) : nullptr;
@@ -223,10 +173,7 @@ void CacheModule::handle(http::Exchange& ex) {
     ex.respond(500);
     return;
   }
-  std::string key;
-  CacheVariables vars(ex);
-  config::expand(*pc.key, vars, key);
-  purge_request(*this, ex, *path, key);
+  start_purge(*this, ex, *path, *pc.key);
 }
 
 bool CacheModule::intercept(http::Exchange& ex) {
@@ -264,11 +211,11 @@ bool CacheModule::intercept(http::Exchange& ex) {
     }
     return false;
   }
-  std::string key = expand_key(ex, cc);
   if (purging) {
-    purge_request(*this, ex, *path, key);
+    start_purge(*this, ex, *path, cc.key != nullptr ? *cc.key : default_key());
     return true;
   }
+  std::string key = expand_key(ex, cc);
   if ((cc.methods & method_bit(req.method)) == 0) return false;  // not cached: the proxy forwards it as is
   const bool bypass = any_predicate(cc.bypass, ex);
 

@@ -33,10 +33,20 @@ void put_hash(std::string& out, size_t off, const Hash128& h) {
 
 Hash128 get_hash(std::string_view in, size_t off) { return Hash128{get<uint64_t>(in, off), get<uint64_t>(in, off + 8)}; }
 
+// nginx's line for a failed ngx_delete_file (crit); a file already gone is no failure.
+void log_unlink_result(const disk::DiskOp& op) {
+  if (op.result < 0 && op.result != -ENOENT) {
+    KOSOKU_LOG(kCrit, "unlink() \"%s\" failed (%d: %s)", op.path, -op.result, std::strerror(-op.result));
+  }
+}
+
 // A self-deleting unlink.
 class Unlinker final : public disk::DiskCallback {
  public:
-  void on_disk_done(disk::DiskOp&) override { delete this; }
+  void on_disk_done(disk::DiskOp& o) override {
+    log_unlink_result(o);
+    delete this;
+  }
   disk::DiskOp op;
 };
 
@@ -128,7 +138,17 @@ void remove_file_async(disk::DiskQueue& q, config::AioMode aio, std::string path
   u->op.kind = disk::DiskOp::Kind::kUnlink;
   u->op.path = std::move(path);
   u->op.callback = u;
-  if (q.submit(u->op, aio) != disk::DiskQueue::Submit::kQueued) delete u;
+  switch (q.submit(u->op, aio)) {
+    case disk::DiskQueue::Submit::kQueued:
+      return;
+    case disk::DiskQueue::Submit::kDone:
+      log_unlink_result(u->op);
+      break;
+    case disk::DiskQueue::Submit::kOverflow:
+      KOSOKU_LOG(kCrit, "unlink() \"%s\" not done: disk queue \"%s\" overflow", u->op.path, q.name());
+      break;
+  }
+  delete u;
 }
 
 // ---------------------------------------------------------------- StoreWriter
@@ -384,6 +404,10 @@ void StoreWriter::on_result(int32_t res) {
       }
       return;
     case Phase::kUnlink:
+      // The temp file of an abandoned entry; one left behind is removed by the next start's cache loader.
+      if (res < 0 && res != -ENOENT) {
+        KOSOKU_LOG(kCrit, "unlink() \"%s\" failed (%d: %s)", temp_path_, -res, std::strerror(-res));
+      }
       created_ = false;
       phase_ = Phase::kFinished;
       complete(false);

@@ -227,7 +227,12 @@ class EntryReader final : public disk::DiskCallback {
   bool in_flight_ = false;
 };
 
-/// Unlinks `path` through `q` in the background (fire and forget; errors are ignored).
+/// Unlinks `path` through `q` in the background, for files the keys zone has already forgotten (an evicted,
+/// replaced, expired-by-`inactive` or invalid entry): nobody waits for the result. A failure — the unlink's
+/// errno, or a full queue that refused it — is logged at crit (`unlink() "PATH" failed (30: Read-only file
+/// system)`, nginx's line); the file then stays on disk, and the next start's cache loader indexes it again
+/// (it is still a whole response, checked for freshness on use, as it is with nginx). A purge does not use
+/// this: it must answer what happened to the file (purge.hh).
 void remove_file_async(disk::DiskQueue& q, config::AioMode aio, std::string path);
 
 }  // namespace kosoku::cache

@@ -433,6 +433,35 @@ std::optional<EntryView> CacheZone::remove_if_same(const EntryView& seen) {
   return v;
 }
 
+std::optional<EntryView> CacheZone::forget(const EntryView& seen) {
+  Bucket& b = bucket_of(seen.hash);
+  uint32_t seq = lock_bucket(b);
+  Slot* s = find_locked(b, seen.hash);
+  std::optional<EntryView> v;
+  bool cleared = false;
+  if (s != nullptr) {
+    const uint64_t m = s->meta.load(std::memory_order_relaxed);
+    if (meta_flags(m) == seen.flags && meta_vary(m) == seen.vary_id &&
+        static_cast<int64_t>(s->expires.load(std::memory_order_relaxed)) == seen.expires_at &&
+        s->fs_size.load(std::memory_order_relaxed) == seen.fs_size) {
+      v = s->view();
+      if (s->lock_until.load(std::memory_order_relaxed) != 0) {
+        if (v->fs_size > 0) bytes_.fetch_sub(v->fs_size, std::memory_order_relaxed);
+        s->fs_size.store(0, std::memory_order_relaxed);
+        s->expires.store(0, std::memory_order_relaxed);
+        s->parent.store(0, std::memory_order_relaxed);
+        s->meta.store(pack_meta(kStateUsed, 0, 0, meta_uses(m)), std::memory_order_relaxed);
+      } else {
+        clear_slot_locked(*s);
+        cleared = true;
+      }
+    }
+  }
+  unlock_bucket(b, seq);
+  if (cleared) keys_.erase(seen.hash);
+  return v;
+}
+
 size_t CacheZone::sweep(size_t max_buckets, const std::function<bool(const EntryView&)>& pick,
                         std::vector<EntryView>* out) {
   size_t n = max_buckets < nbuckets_ ? max_buckets : nbuckets_;

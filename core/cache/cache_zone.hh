@@ -176,6 +176,11 @@ class CacheZone {
   std::optional<EntryView> remove(const Hash128& h);
   /// Removes `h` only if it is still the same version (same expires_at and fs_size).
   std::optional<EntryView> remove_if_same(const EntryView& seen);
+  /// A purge's removal: forgets what `seen` recorded if the slot still holds exactly that (same flags, gen or
+  /// vary_id, expires_at and fs_size), and returns it; nullopt when the entry changed or went meanwhile. A slot
+  /// whose lock is held (a fill in flight) keeps the lock, its waiters and its uses as a placeholder; otherwise
+  /// the slot and its key go.
+  std::optional<EntryView> forget(const EntryView& seen);
 
   /// Visits up to `max_buckets` buckets from the manager's clock hand; for every entry calls
   /// `pick(view)` and removes the entries it returns true for (each under its bucket's flag); removed

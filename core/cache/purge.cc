@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -32,42 +34,91 @@ bool purge_match(std::string_view p, std::string_view k) {
   return pi == p.size();
 }
 
-PurgeResult purge(CachePath& path, std::string_view pattern, const std::function<void(std::string)>& unlink_file) {
+PurgeJob::PurgeJob(CachePath& path, const PurgeTarget& target) : path_(path) {
   CacheZone& z = path.zone();
-  PurgeResult res;
-  auto drop = [&](const EntryView& v) {
-    ++res.removed;
+  auto add = [&](const EntryView& v) {
     if (v.exists()) {
-      res.bytes += v.fs_size;
-      unlink_file(path.path_of(v.hash));
+      files_.push_back(v);
+    } else {
+      fileless_.push_back(v);
     }
   };
-  std::vector<Hash128> victims;
-  if (pattern == "*") {
-    z.for_each([&](const EntryView& v) { victims.push_back(v.hash); });
-  } else if (is_wildcard(pattern)) {
-    z.keys().for_each([&](const Hash128& h, std::string_view key) {
-      if (purge_match(pattern, key)) victims.push_back(h);
-    });
-  } else {
-    const Hash128 h = hash_key(pattern);
-    victims.push_back(h);
-    // Every Vary variant of the key, even when its primary entry is gone (a variant must never outlive a purge
-    // of its key). Only zones that ever stored a Vary response have variants to look for.
-    if (!z.vary().get(1).empty()) {
-      const uint64_t tag = h.tag();
-      z.for_each([&](const EntryView& v) {
-        if ((v.flags & kEntryVariant) && v.parent == tag) victims.push_back(v.hash);
+  std::vector<Hash128> hashes;
+  switch (target.kind) {
+    case PurgeTarget::Kind::kAll:
+      z.for_each(add);
+      return;
+    case PurgeTarget::Kind::kPrefix:
+    case PurgeTarget::Kind::kGlob:
+      z.keys().for_each([&](const Hash128& h, std::string_view key) {
+        if (target_matches(target, key)) hashes.push_back(h);
       });
+      break;
+    case PurgeTarget::Kind::kExact: {
+      const Hash128 h = hash_key(target.key);
+      hashes.push_back(h);
+      // Every Vary variant of the key, even when its primary entry is gone (a variant must never outlive a purge
+      // of its key). Only zones that ever stored a Vary response have variants to look for.
+      if (!z.vary().get(1).empty()) {
+        const uint64_t tag = h.tag();
+        z.for_each([&](const EntryView& v) {
+          if ((v.flags & kEntryVariant) && v.parent == tag) add(v);
+        });
+      }
+      break;
     }
   }
-  for (const Hash128& h : victims) {
-    std::optional<EntryView> v = z.remove(h);
-    if (!v) continue;
-    if (!v->exists() && !(v->flags & kEntryPrimary)) continue;  // a placeholder is not a cached response
-    drop(*v);
+  for (const Hash128& h : hashes) {
+    if (std::optional<EntryView> v = z.peek(h)) add(*v);
   }
-  return res;
+}
+
+const EntryView* PurgeJob::next() {
+  if (result_.failed > 0 || next_ >= files_.size()) return nullptr;
+  return &files_[next_++];
+}
+
+void PurgeJob::unlinked(const EntryView& v, int result) {
+  if (result != 0 && result != -ENOENT) {
+    if (result_.failed++ == 0) {
+      result_.error = -result;
+      result_.failed_file = path_.path_of(v.hash);
+    }
+    return;
+  }
+  // The file is gone. If the entry changed meanwhile (a new version committed over the same file name), the
+  // new entry stays: whether the unlink took its file or not, a lookup that finds no file is a miss.
+  path_.zone().forget(v);
+  ++result_.removed;
+  result_.bytes += v.fs_size;
+}
+
+void PurgeJob::finish() {
+  if (finished_) return;
+  finished_ = true;
+  if (result_.failed > 0 || next_ < files_.size()) return;  // a file failed, or the purge was cut short
+  for (const EntryView& v : fileless_) {
+    std::optional<EntryView> gone = path_.zone().forget(v);
+    if (gone && (gone->flags & kEntryPrimary)) ++result_.removed;  // a placeholder is not a cached response
+  }
+}
+
+PurgeResult purge(CachePath& path, const PurgeTarget& target, const std::function<int(const std::string&)>& unlink_file) {
+  PurgeJob job(path, target);
+  while (const EntryView* v = job.next()) job.unlinked(*v, unlink_file(path.path_of(v->hash)));
+  job.finish();
+  return job.result();
+}
+
+PurgeTarget console_target(std::string_view key) {
+  PurgeTarget t;
+  t.key.assign(key);
+  if (key == "*") {
+    t.kind = PurgeTarget::Kind::kAll;
+  } else if (is_wildcard(key)) {
+    t.kind = PurgeTarget::Kind::kGlob;
+  }
+  return t;
 }
 
 std::string console_command(std::string_view line) {
@@ -86,7 +137,13 @@ std::string console_command(std::string_view line) {
   if (w.size() == 4 && w[1] == "purge") {
     CachePath* p = reg->find(w[2]);
     if (p == nullptr) return absl::StrCat("unknown cache zone \"", w[2], "\"\n");
-    PurgeResult r = purge(*p, w[3], [](std::string f) { ::unlink(f.c_str()); });
+    PurgeResult r = purge(*p, console_target(w[3]), [](const std::string& f) {
+      return ::unlink(f.c_str()) == 0 ? 0 : -errno;
+    });
+    if (r.failed > 0) {
+      return absl::StrCat("failed: unlink() \"", r.failed_file, "\" failed (", r.error, ": ", std::strerror(r.error),
+                          "); purged ", r.removed, " entries, ", r.bytes, " bytes before it\n");
+    }
     return absl::StrCat(r.removed > 0 ? "purged " : "not found ", r.removed, " entries, ", r.bytes, " bytes\n");
   }
   return "usage: cache stats | cache purge ZONE KEY|PATTERN*|*\n";

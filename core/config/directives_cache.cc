@@ -18,6 +18,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "core/cache/purge_key.hh"
 #include "core/config/build.hh"
 #include "core/config/directive.hh"
 #include "core/config/values.hh"
@@ -290,18 +291,49 @@ bool is_method_token(std::string_view v) {
   return true;
 }
 
-// `proxy_cache_purge ZONE KEY;` or `proxy_cache_purge on | off | METHOD [from all | ADDR[/N] ...];`
+// A parameter word of proxy_cache_purge (unquoted: a quoted "wildcard" is a KEY).
+bool purge_flag(const Arg& a, PurgeConf& p) {
+  if (a.quoted) return false;
+  if (a.value == "wildcard") {
+    p.wildcard = true;
+    return true;
+  }
+  if (a.value == "any_host") {
+    p.any_host = true;
+    return true;
+  }
+  return false;
+}
+
+// `proxy_cache_purge ZONE KEY [wildcard] [any_host];` or
+// `proxy_cache_purge on | off | METHOD [wildcard] [any_host] [from all | ADDR[/N] ...];`. The method form is
+// the one whose second argument is absent, `from` or a flag.
 bool set_cache_purge(Builder& b, Scope& s, const Directive& d) {
   PurgeConf p;
+  p.file = d.loc.file;
+  p.line = d.loc.line;
+  p.col = d.loc.col;
   const std::string& first = d.args[0].value;
-  bool method_form = d.args.size() == 1 || d.args[1].value == "from";
+  PurgeConf probe;
+  bool method_form = d.args.size() == 1 || (!d.args[1].quoted && d.args[1].value == "from") ||
+                     purge_flag(d.args[1], probe);
   if (!method_form) {
-    if (d.args.size() != 2) return b.fail(d.loc, "invalid number of arguments in \"proxy_cache_purge\" directive");
     p.mode = PurgeConf::Mode::kZoneKey;
     p.zone = first;
+    for (size_t i = 2; i < d.args.size(); ++i) {
+      if (!purge_flag(d.args[i], p)) {
+        return b.fail(d.args[i].loc, absl::StrCat("invalid parameter ", quoted(d.args[i].value)));
+      }
+    }
     p.key = compile_value(b, d.args[1]);
     if (!p.key) return false;
     if (d.args[1].value.empty()) return fail_invalid_value(b, d, 1);
+    if (!p.any_host) {
+      if (std::string why = cache::check_purge_template(*p.key); !why.empty()) {
+        return b.fail(d.args[1].loc, absl::StrCat("\"proxy_cache_purge\" key ", quoted(d.args[1].value), " ", why,
+                                                  "; add \"any_host\" if that is intended"));
+      }
+    }
     b.purge_zone_refs.push_back(NameRef{p.zone, d.args[0].loc});
     s.loc->cache.purge = std::move(p);
     return true;
@@ -319,9 +351,14 @@ bool set_cache_purge(Builder& b, Scope& s, const Directive& d) {
   } else {
     return fail_invalid_value(b, d, 0, ", it must be \"on\", \"off\" or a method name");
   }
-  if (d.args.size() > 1) {
-    if (d.args.size() == 2) return b.fail(d.loc, "invalid number of arguments in \"proxy_cache_purge\" directive");
-    for (size_t i = 2; i < d.args.size(); ++i) {
+  size_t i = 1;
+  while (i < d.args.size() && purge_flag(d.args[i], p)) ++i;
+  if (i < d.args.size()) {
+    if (d.args[i].quoted || d.args[i].value != "from") {
+      return b.fail(d.args[i].loc, absl::StrCat("invalid parameter ", quoted(d.args[i].value)));
+    }
+    if (i + 1 == d.args.size()) return b.fail(d.loc, "invalid number of arguments in \"proxy_cache_purge\" directive");
+    for (++i; i < d.args.size(); ++i) {
       PurgeConf::From f;
       AccessRule r;
       bool host_bits = false;
@@ -485,6 +522,25 @@ constexpr DirectiveSpec kCacheDirectives[] = {
      .set = set_split_clients},
 };
 
+// A wildcard method-form purge selects keys by the location's (merged) proxy_cache_key: it needs a host
+// segment there (cache/purge_key.hh) unless any_host says otherwise. The default key has $proxy_host.
+bool check_wildcard_purge(Builder& b, const LocationConf& loc) {
+  const PurgeConf& p = loc.cache.purge;
+  if (p.mode != PurgeConf::Mode::kMethod || !p.wildcard || p.any_host || loc.cache.key == nullptr) return true;
+  std::string why = cache::check_purge_template(*loc.cache.key);
+  if (why.empty()) return true;
+  return b.fail(SourceLoc{p.file, p.line, p.col},
+                absl::StrCat("\"proxy_cache_purge ... wildcard\": the cache key ", quoted(loc.cache.key_text), " ", why,
+                             "; add \"any_host\" if that is intended"));
+}
+
+bool check_wildcard_purges(Builder& b, const std::vector<LocationConf>& locs) {
+  for (const LocationConf& l : locs) {
+    if (!check_wildcard_purge(b, l) || !check_wildcard_purges(b, l.locations)) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 std::span<const DirectiveSpec> cache_directives() { return kCacheDirectives; }
@@ -500,6 +556,9 @@ bool finalize_cache(Builder& b) {
     if (http.find_zone(r.name) == nullptr) {
       return b.fail(r.loc, absl::StrCat("\"proxy_cache_purge\" zone ", quoted(r.name), " is unknown"));
     }
+  }
+  for (const auto& srv : b.main->http.servers) {
+    if (!check_wildcard_purge(b, srv->base) || !check_wildcard_purges(b, srv->locations)) return false;
   }
   return true;
 }

@@ -274,21 +274,24 @@ Template compile(std::string_view s, const SourceLoc& loc, std::string* error) {
   return t;
 }
 
-void expand(const Template& t, const VariableSource& vars, std::string& out) {
-  for (const TemplateSegment& seg : t.segments) {
-    if (!seg.is_variable) {
-      out.append(seg.text);
-      continue;
-    }
-    size_t start = out.size();
-    bool found = vars.get(seg.id, seg.text, out);
-    if (!found) {
-      out.resize(start);  // a source that appended before failing must not leak bytes
-      if (t.escape == LogEscape::kDefault) out.push_back('-');
-      continue;
-    }
-    if (t.escape != LogEscape::kNone) escape_in_place(t.escape, out, start);
+void expand_segment(const Template& t, size_t i, const VariableSource& vars, std::string& out) {
+  const TemplateSegment& seg = t.segments[i];
+  if (!seg.is_variable) {
+    out.append(seg.text);
+    return;
   }
+  size_t start = out.size();
+  bool found = vars.get(seg.id, seg.text, out);
+  if (!found) {
+    out.resize(start);  // a source that appended before failing must not leak bytes
+    if (t.escape == LogEscape::kDefault) out.push_back('-');
+    return;
+  }
+  if (t.escape != LogEscape::kNone) escape_in_place(t.escape, out, start);
+}
+
+void expand(const Template& t, const VariableSource& vars, std::string& out) {
+  for (size_t i = 0; i < t.segments.size(); ++i) expand_segment(t, i, vars, out);
 }
 
 bool declare_variable(std::string_view name) {

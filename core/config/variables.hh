@@ -153,6 +153,9 @@ bool declare_variable(std::string_view name);
 /// Appends the expansion of `t` to `out` (escaping variable values per t.escape). Allocation-free apart
 /// from the growth of `out`.
 void expand(const Template& t, const VariableSource& vars, std::string& out);
+/// Appends the expansion of segment `i` of `t` alone (expand() is this for every segment in turn), for a caller
+/// that needs to know which bytes of the result each segment produced.
+void expand_segment(const Template& t, size_t i, const VariableSource& vars, std::string& out);
 
 /// nginx's $http_NAME rule: `header_name` (as received) matches `suffix` when they have the same length
 /// and each byte is equal case-insensitively, with '-' in the header equal to '_' in the suffix.

@@ -19,7 +19,7 @@ enum : uint8_t {
   kTarget = 1 << 2,      // bytes accepted in a request-target (RFC 3986 chars, plus obs-text as nginx does)
   kHex = 1 << 3,         // HEXDIG
   kDigit = 1 << 4,       // DIGIT
-  kHostChar = 1 << 5,    // RFC 3986 reg-name / IP-literal / ":" port, for Host and authority
+  kHostChar = 1 << 5,    // a byte of a host name kosoku accepts (split_host): ALPHA / DIGIT / "-" / "." / "_"
 };
 
 constexpr std::array<uint8_t, 256> make_table() {
@@ -37,9 +37,7 @@ constexpr std::array<uint8_t, 256> make_table() {
     if ((c > 0x20 && c < 0x7f && c != '#') || c >= 0x80) f |= kTarget;
     if (digit || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F')) f |= kHex;
     if (digit) f |= kDigit;
-    if (alpha || digit || std::string_view("-._~!$&'()*+,;=%:[]").find(static_cast<char>(c)) != std::string_view::npos) {
-      f |= kHostChar;
-    }
+    if (alpha || digit || c == '-' || c == '.' || c == '_') f |= kHostChar;
     t[static_cast<size_t>(c)] = f;
   }
   return t;

@@ -1,6 +1,8 @@
 // HTTP/1.1 request-head parser; see parser.hh for the contract and the choices made.
 #include "core/http/parser.hh"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <string.h>  // memrchr (GNU)
 
 #include <cstring>
@@ -315,32 +317,50 @@ bool split_host(std::string_view host, std::string_view& name, std::string_view&
   if (host.empty()) return true;
   size_t i = 0;
   if (host[0] == '[') {
-    // IP-literal: "[" ( IPv6address / IPvFuture ) "]"
+    // IP-literal = "[" IPv6address "]" (RFC 3986 §3.2.2): the text inet_pton accepts. IPvFuture and zone
+    // identifiers (RFC 6874 "%25") name nothing a server can be reached at and are refused.
     const size_t close = host.find(']');
-    if (close == std::string_view::npos || close == 1) return false;
-    for (size_t k = 1; k < close; ++k) {
-      const char c = host[k];
-      if (!chars::is(c, chars::kHostChar) || c == '[' || c == '%') return false;
+    if (close == std::string_view::npos) return false;
+    const std::string_view inner = host.substr(1, close - 1);
+    char text[INET6_ADDRSTRLEN];
+    if (inner.empty() || inner.size() >= sizeof(text)) return false;
+    for (char c : inner) {
+      if (!chars::is(c, chars::kHex) && c != ':' && c != '.') return false;
     }
+    std::memcpy(text, inner.data(), inner.size());
+    text[inner.size()] = '\0';
+    in6_addr addr;
+    if (::inet_pton(AF_INET6, text, &addr) != 1) return false;
     i = close + 1;
   } else {
+    // reg-name or IPv4address as DNS names are written (RFC 3986 §3.2.2 "intended for lookup in the DNS",
+    // RFC 1123 §2.1; "_" as nginx accepts it): labels of ALPHA / DIGIT / "-" / "_" joined by single dots,
+    // one trailing dot allowed. The other reg-name bytes (sub-delims such as "*", pct-encoding, raw UTF-8)
+    // never name an HTTP server and would reach server selection, cache keys and logs, so they are refused.
     while (i < host.size() && host[i] != ':') {
       const char c = host[i];
-      if (!chars::is(c, chars::kHostChar) || c == '[' || c == ']') return false;
-      if (c == '.' && i > 0 && host[i - 1] == '.') return false;  // ".." (nginx rejects it too)
+      if (!chars::is(c, chars::kHostChar)) return false;
+      if (c == '.' && (i == 0 || host[i - 1] == '.')) return false;  // an empty label (nginx rejects "..")
       ++i;
     }
   }
   std::string_view n = host.substr(0, i);
   if (i < host.size()) {
+    // port = 1*5DIGIT up to 65535: RFC 3986's *DIGIT allows an empty port, but an authority with ":" and no
+    // port is a client error here (nothing a server listens on).
     if (host[i] != ':') return false;
     const std::string_view p = host.substr(i + 1);
+    if (p.empty() || p.size() > 5) return false;
+    uint32_t v = 0;
     for (char c : p) {
       if (!chars::is_digit(c)) return false;
+      v = v * 10 + static_cast<uint32_t>(c - '0');
     }
+    if (v > 65535) return false;
     port = p;
   }
   if (!n.empty() && n.back() == '.') n.remove_suffix(1);
+  if (n.empty()) return false;  // ":80" or "." name no host
   name = n;
   return true;
 }

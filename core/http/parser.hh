@@ -21,8 +21,9 @@
 //    Content-Length: 1*DIGIT ≤ 2^63-1; repeated lines or list members must all have the same value (collapsed)
 //    else 400. Transfer-Encoding: the final coding must be `chunked` (else 400, §6.3 item 4), chunked at most
 //    once (else 400), any other coding before it → 501 (§6.1); TE in an HTTP/1.0 request → 400 (as nginx).
-//  - Host (§3.2): HTTP/1.1 without Host → 400; more than one Host line → 400; a value that is not
-//    uri-host[":"port] (e.g. containing '/', '\\', '@', SP, "..") → 400.
+//  - Host (§3.2) and the authority of an absolute-form or CONNECT target: HTTP/1.1 without Host → 400; more
+//    than one Host line → 400; a value that is not a host name, IPv4 address or bracketed IPv6 address with an
+//    optional ":" port of 1-5 digits (≤ 65535) → 400 (split_host). An empty Host value is valid (RFC 9110 §7.2).
 //  - Field lines: obs-fold (a line starting with SP/HTAB) → 400; whitespace between name and ':' → 400;
 //    name must be a token; value bytes must be field-vchar/SP/HTAB (NUL, CR, other CTLs, DEL → 400).
 //
@@ -182,9 +183,17 @@ struct ParseResult {
 /// (the engine answers it and closes the connection). Fields in `out` are valid only on kComplete.
 ParseResult parse_request(std::string_view buf, Request& out, const ParserLimits& limits, size_t last_len = 0);
 
-/// Checks a Host value or an authority (RFC 9110 §7.2, RFC 3986 §3.2.2): reg-name or IP-literal, optional
-/// ":" port digits; no '/', '\\', '@', '..', NUL or spaces. On success splits it into the host name (trailing
-/// dot removed, not lower-cased) and the port digits (may be empty). An empty value is valid (empty name).
+/// Checks a Host value or an authority (RFC 9110 §7.2, RFC 3986 §3.2.2, §3.2.3) and splits it into the host
+/// name (one trailing dot removed, not lower-cased) and the port digits (may be empty). Accepted:
+///   host = DNS-style name or IPv4 address: labels of ALPHA / DIGIT / "-" / "_" joined by single dots, with
+///          one optional trailing dot (the RFC 3986 reg-name bytes no DNS name has — sub-delims such as "*",
+///          "%" escapes, raw bytes >= 0x80 — are refused: they name no HTTP server, and a host is copied into
+///          server selection, cache keys (a purge key's "*" would be a wildcard) and logs)
+///        | "[" IPv6address "]" (as inet_pton reads it; no IPvFuture, no zone identifier)
+///   then optionally ":" and 1-5 digits up to 65535 (an empty port is refused).
+/// Anything else — "*", SP, "/", "\\", "?", "#", "@", control bytes, "..", ":" without a port, a name that
+/// is empty after its dot — is false. An empty value is valid (empty name; RFC 9110 §7.2 lets a client send it).
+/// `name` and `port` view `host`.
 bool split_host(std::string_view host, std::string_view& name, std::string_view& port);
 
 }  // namespace kosoku::http

@@ -78,7 +78,8 @@ class Origin:
         self.log: dict[str, list[OriginRequest]] = collections.defaultdict(list)
         self.lock = threading.Lock()
         self.stopped = False
-        threading.Thread(target=self._accept, daemon=True).start()
+        self._acceptor = threading.Thread(target=self._accept, daemon=True)
+        self._acceptor.start()
 
     def route(self, path: str, fn: Callable[[OriginRequest, int], Reply]) -> None:
         self.routes[path] = fn
@@ -143,7 +144,14 @@ class Origin:
             c.close()
 
     def stop(self) -> None:
+        # shutdown() ends the accept() in progress, which close() alone leaves running: a later Origin whose
+        # socket got the same descriptor had its connections served with this one's routes.
         self.stopped = True
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self._acceptor.join(timeout=5)
         self.sock.close()
 
 
@@ -180,7 +188,7 @@ def cache_config(port: int, origin_port: int, w: Path) -> str:
         add_header X-Cache-Status $upstream_cache_status;
         location / {{
             proxy_pass http://origin;
-            proxy_cache_purge PURGE from 127.0.0.1;
+            proxy_cache_purge PURGE wildcard from 127.0.0.1;
         }}
         location /lockto/ {{
             proxy_pass http://origin;

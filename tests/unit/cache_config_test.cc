@@ -244,12 +244,64 @@ TEST(CacheConfigTest, PurgeShapes) {
   EXPECT_EQ(m.from[1].prefix, 8);
   EXPECT_EQ(s.locations[2].cache.purge.method, "PURGE");
   EXPECT_EQ(s.locations[3].cache.purge.mode, cache::PurgeConf::Mode::kOff);  // not inherited
-  EXPECT_EQ(err("http { proxy_cache_path /c keys_zone=z:1m; server { location / { proxy_cache_purge y $uri; } } }"),
+  EXPECT_EQ(err("http { proxy_cache_path /c keys_zone=z:1m; server { location / { proxy_cache_purge y $host$uri; } } }"),
             "t.conf:1:84: \"proxy_cache_purge\" zone \"y\" is unknown");
   EXPECT_EQ(err("http { server { location / { proxy_cache_purge PURGE from; } } }"),
             "t.conf:1:30: invalid number of arguments in \"proxy_cache_purge\" directive");
   EXPECT_EQ(err("http { server { location / { proxy_cache_purge PURGE from nowhere; } } }"),
             "t.conf:1:59: invalid parameter \"nowhere\"");
+}
+
+
+// `wildcard` and `any_host` (cache/purge_key.hh): where a purge's `*` is a wildcard and how far a purge reaches.
+TEST(CacheConfigTest, PurgeWildcardAndHostScope) {
+  auto c = load_ok(R"(http {
+  proxy_cache_path /c keys_zone=z:1m;
+  server {
+    location /a { proxy_cache z; proxy_cache_purge PURGE wildcard from 127.0.0.1; }
+    location /b { proxy_cache z; proxy_cache_purge on wildcard any_host; }
+    location /c { proxy_cache_purge z "$scheme:$host$arg_key" wildcard; }
+    location /d { proxy_cache_purge z "$arg_key" any_host; }
+    location /e { proxy_cache_purge z "wildcard"; }
+    location /f { proxy_cache_purge z "*"; }
+    location /g { proxy_cache z; proxy_cache_key $request_uri; proxy_cache_purge PURGE; }
+    location /h { proxy_cache z; proxy_cache_key $request_uri; proxy_cache_purge PURGE wildcard any_host; }
+  }
+})");
+  const ServerConf& s = *c->http.servers[0];
+  const cache::PurgeConf& a = s.locations[0].cache.purge;
+  EXPECT_EQ(a.mode, cache::PurgeConf::Mode::kMethod);
+  EXPECT_TRUE(a.wildcard);
+  EXPECT_FALSE(a.any_host);
+  ASSERT_EQ(a.from.size(), 1u);
+  EXPECT_TRUE(s.locations[1].cache.purge.wildcard);
+  EXPECT_TRUE(s.locations[1].cache.purge.any_host);
+  EXPECT_TRUE(s.locations[1].cache.purge.from.empty());
+  EXPECT_EQ(s.locations[2].cache.purge.mode, cache::PurgeConf::Mode::kZoneKey);
+  EXPECT_TRUE(s.locations[2].cache.purge.wildcard);
+  EXPECT_TRUE(s.locations[3].cache.purge.any_host);
+  EXPECT_EQ(s.locations[4].cache.purge.mode, cache::PurgeConf::Mode::kZoneKey);  // a quoted word is a KEY
+  EXPECT_FALSE(s.locations[4].cache.purge.wildcard);
+  EXPECT_FALSE(s.locations[5].cache.purge.wildcard);
+  const std::string http = "http { proxy_cache_path /c keys_zone=z:1m; server { location / { ";
+  const std::string no_host =
+      " takes client data before any host variable ($host, $http_host, $server_name, $proxy_host), so a request "
+      "could name another host's keys; add \"any_host\" if that is intended";
+  EXPECT_EQ(err(http + "proxy_cache_purge z \"$arg_key\"; } } }"),
+            "t.conf:1:86: \"proxy_cache_purge\" key \"$arg_key\"" + no_host);
+  EXPECT_EQ(err(http + "proxy_cache_purge z \"$scheme:$host:$arg_key\"; } } }"),
+            "t.conf:1:86: \"proxy_cache_purge\" key \"$scheme:$host:$arg_key\" continues the host with \":\", a byte a "
+            "host may contain (use \"/\"); add \"any_host\" if that is intended");
+  EXPECT_EQ(err(http + "proxy_cache z; proxy_cache_key $request_uri; proxy_cache_purge PURGE wildcard; } } }"),
+            "t.conf:1:111: \"proxy_cache_purge ... wildcard\": the cache key \"$request_uri\"" + no_host);
+  EXPECT_EQ(err("http { proxy_cache_path /c keys_zone=z:1m; server { location / { proxy_cache_purge z \"$host$uri\" bogus; } } }"),
+            "t.conf:1:98: invalid parameter \"bogus\"");
+  EXPECT_EQ(err("http { proxy_cache_path /c keys_zone=z:1m; server { location / { proxy_cache_purge PURGE wildcard nowhere; } } }"),
+            "t.conf:1:99: invalid parameter \"nowhere\"");
+  EXPECT_EQ(err("http { proxy_cache_path /c keys_zone=z:1m; server { location / { proxy_cache_purge off wildcard; } } }"),
+            "t.conf:1:88: invalid parameter \"wildcard\"");
+  EXPECT_EQ(err("http { proxy_cache_path /c keys_zone=z:1m; server { location / { proxy_cache_purge PURGE wildcard from; } } }"),
+            "t.conf:1:66: invalid number of arguments in \"proxy_cache_purge\" directive");
 }
 
 }  // namespace

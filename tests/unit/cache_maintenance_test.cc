@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -158,14 +159,14 @@ TEST_F(MaintenanceTest, PurgeExactWildcardVariantsAndAll) {
   std::vector<std::string> unlinked;
   PurgeResult exact, variants, wild, miss, all;
   script.then([&] {
-    auto rm = [&](std::string f) {
+    auto rm = [&](const std::string& f) {
       unlinked.push_back(f);
-      ::unlink(f.c_str());
+      return ::unlink(f.c_str()) == 0 ? 0 : -errno;
     };
-    exact = purge(path, "http:a/page.html", rm);
-    variants = purge(path, "http:a/c23", rm);
-    miss = purge(path, "http:a/page.html", rm);
-    wild = purge(path, "http:a/img/*", rm);
+    exact = purge(path, console_target("http:a/page.html"), rm);
+    variants = purge(path, console_target("http:a/c23"), rm);
+    miss = purge(path, console_target("http:a/page.html"), rm);
+    wild = purge(path, console_target("http:a/img/*"), rm);
   });
   ASSERT_TRUE(script.run());
   ASSERT_EQ(stored_, 5);
@@ -185,9 +186,94 @@ TEST_F(MaintenanceTest, PurgeExactWildcardVariantsAndAll) {
   std::optional<EntryView> ev;
   path.zone().commit(hash_key("x"), CacheZone::Commit{kNow + 5, 10, 0, 0}, kNow, &ev);
   path.zone().commit(hash_key("y"), CacheZone::Commit{kNow + 5, 10, 0, 0}, kNow, &ev);
-  all = purge(path, "*", [](std::string) {});
+  all = purge(path, console_target("*"), [](const std::string&) { return -ENOENT; });
   EXPECT_EQ(all.removed, 2u);
   EXPECT_EQ(path.zone().entries(), 0u);
+}
+
+// A file that cannot be unlinked keeps its entry: the zone never claims gone what is still on disk (a restart's
+// loader would bring it back), the result names the failure, and the purge stops at the first failure.
+TEST_F(MaintenanceTest, PurgeKeepsEntriesWhoseFileCannotBeUnlinked) {
+  CachePath path(pconf_, dir_.path(), kNow);
+  LoopScript script(reactor_);
+  for (int i = 0; i < 4; ++i) store(script, path, "http:a/img/" + std::to_string(i), "body");
+  PurgeResult r;
+  std::vector<std::string> tried;
+  script.then([&] {
+    r = purge(path, console_target("http:a/img/*"), [&](const std::string& f) {
+      tried.push_back(f);
+      if (tried.size() == 2) return -EROFS;
+      return ::unlink(f.c_str()) == 0 ? 0 : -errno;
+    });
+  });
+  ASSERT_TRUE(script.run());
+  ASSERT_EQ(stored_, 4);
+  EXPECT_EQ(tried.size(), 2u);  // stopped at the failure
+  EXPECT_EQ(r.removed, 1u);
+  EXPECT_EQ(r.failed, 1u);
+  EXPECT_EQ(r.error, EROFS);
+  EXPECT_EQ(r.failed_file, tried[1]);
+  EXPECT_EQ(path.zone().entries(), 3u);
+  size_t files = 0, indexed_with_file = 0;
+  for (int i = 0; i < 4; ++i) {
+    const Hash128 h = hash_key("http:a/img/" + std::to_string(i));
+    const bool on_disk = std::filesystem::exists(path.path_of(h));
+    const std::optional<EntryView> v = path.zone().peek(h);
+    files += on_disk;
+    indexed_with_file += v && v->exists() && on_disk;
+    EXPECT_EQ(on_disk, v.has_value()) << i;  // in the zone exactly when on disk
+  }
+  EXPECT_EQ(files, 3u);
+  EXPECT_EQ(indexed_with_file, 3u);
+}
+
+// A variant whose file stays keeps its primary, so it is still found (and still gone or present consistently).
+TEST_F(MaintenanceTest, PurgeKeepsPrimaryWhenAVariantStays) {
+  CachePath path(pconf_, dir_.path(), kNow);
+  LoopScript script(reactor_);
+  store(script, path, "http:a/v", "en", "accept-language:en\n");
+  store(script, path, "http:a/v", "fr", "accept-language:fr\n");
+  PurgeResult failed, ok;
+  script.then([&] {
+    failed = purge(path, console_target("http:a/v"), [](const std::string&) { return -EIO; });
+    EXPECT_TRUE(path.zone().peek(hash_key("http:a/v")).has_value());  // the primary stays
+    EXPECT_EQ(path.zone().entries(), 3u);
+    ok = purge(path, console_target("http:a/v"), [](const std::string& f) {
+      return ::unlink(f.c_str()) == 0 ? 0 : -errno;
+    });
+  });
+  ASSERT_TRUE(script.run());
+  EXPECT_EQ(failed.removed, 0u);
+  EXPECT_EQ(failed.failed, 1u);
+  EXPECT_EQ(ok.removed, 3u);
+  EXPECT_EQ(ok.failed, 0u);
+  EXPECT_EQ(path.zone().entries(), 0u);
+}
+
+// forget(): only the version that was selected goes, and a fill's lock (and its waiters) survive a purge.
+TEST_F(MaintenanceTest, ForgetRemovesOnlyTheSelectedVersionAndKeepsLocks) {
+  CachePath path(pconf_, dir_.path(), kNow);
+  CacheZone& z = path.zone();
+  std::optional<EntryView> ev;
+  const Hash128 a = hash_key("a"), b = hash_key("b");
+  z.commit(a, CacheZone::Commit{kNow + 60, 100, 0, 0}, kNow, &ev);
+  const EntryView seen = *z.peek(a);
+  z.commit(a, CacheZone::Commit{kNow + 60, 100, 0, 0}, kNow, &ev);  // a new version: same size, new gen
+  EXPECT_FALSE(z.forget(seen).has_value());
+  EXPECT_TRUE(z.peek(a)->exists());
+  EXPECT_TRUE(z.forget(*z.peek(a)).has_value());
+  EXPECT_FALSE(z.peek(a).has_value());
+
+  z.commit(b, CacheZone::Commit{kNow + 60, 100, 0, 0}, kNow, &ev);
+  ASSERT_EQ(z.try_lock(b, 1000, 5000, kNow, &ev), CacheZone::LockResult::kAcquired);
+  ASSERT_TRUE(z.add_waiter(b, 1, 1000));
+  EXPECT_TRUE(z.forget(*z.peek(b)).has_value());
+  std::optional<EntryView> left = z.peek(b);
+  ASSERT_TRUE(left.has_value());
+  EXPECT_FALSE(left->exists());
+  EXPECT_NE(left->lock_until_ms, 0u);
+  EXPECT_EQ(z.bytes(), 0u);
+  EXPECT_EQ(z.unlock(b), 1ull << 1);  // the waiter is still registered
 }
 
 TEST_F(MaintenanceTest, LoaderRebuildsZoneAndRemovesLeftovers) {

@@ -223,6 +223,87 @@ TEST_F(ParserTest, HostRules) {
   EXPECT_EQ(req_.host_name, "127.0.0.1");
 }
 
+// split_host on its own: what a Host value or an authority may be (parser.hh). Every refused value here was
+// accepted before as a "reg-name" byte or an empty port, and several of them act as syntax further on ("*" is
+// a purge wildcard, "/" and "?" split cache keys, "@" is userinfo).
+TEST(SplitHostTest, RefusesWhatNamesNoHost) {
+  const char* const bad[] = {
+      "*", "*.example.com", "a*", "a.example*", "a b", " a", "a/b", "a\\b", "a?b", "a#b", "user@a", "a@",
+      "a%2eb", "a%", "a!b", "a$b", "a&b", "a'b", "a(b)", "a+b", "a,b", "a;b", "a=b", "a~b", "a\"b", "a<b>",
+      "a{b}", "a|b", "a^b", "a`b", "[a]", "a[b", "a]b", "a\x01", "a\x7f", "caf\xc3\xa9.example", "a\tb",
+      "a..b", ".a", ".", "..", "a:", ":", ":80", "a:80:80", "a:80x", "a:-1", "a:+80", "a: 80", "a:123456",
+      "a:65536", "a:99999", "[::1", "[]", "[::1]x", "[::1]:", "[::1]:80x", "[::g]", "[1:2:3]", "[::1%25eth0]",
+      "[v1.fe]", "[::1]]", "[[::1]]", "[127.0.0.1]", "[*]",
+  };
+  for (const char* h : bad) {
+    std::string_view name, port;
+    EXPECT_FALSE(split_host(h, name, port)) << "accepted \"" << h << "\"";
+  }
+  std::string nul("a\0b", 3);
+  std::string_view name, port;
+  EXPECT_FALSE(split_host(nul, name, port));
+}
+
+TEST(SplitHostTest, AcceptsHostsAsNginxDoes) {
+  struct Case {
+    const char* in;
+    const char* name;
+    const char* port;
+  };
+  const Case good[] = {
+      {"", "", ""},
+      {"a", "a", ""},
+      {"Static.Example.COM", "Static.Example.COM", ""},  // case is kept; the engine lower-cases it
+      {"static.example.com.", "static.example.com", ""},  // one trailing dot stripped (nginx)
+      {"static.example.com.:8080", "static.example.com", "8080"},
+      {"xn--caf-dma.example", "xn--caf-dma.example", ""},  // IDN as clients send it (A-label)
+      {"under_score.example", "under_score.example", ""},
+      {"-a-.example", "-a-.example", ""},
+      {"127.0.0.1", "127.0.0.1", ""},
+      {"127.0.0.1:80", "127.0.0.1", "80"},
+      {"a:0", "a", "0"},
+      {"a:65535", "a", "65535"},
+      {"a:00080", "a", "00080"},
+      {"[::1]", "[::1]", ""},
+      {"[::1]:8080", "[::1]", "8080"},
+      {"[2001:DB8::a:1]", "[2001:DB8::a:1]", ""},
+      {"[::ffff:192.0.2.1]:443", "[::ffff:192.0.2.1]", "443"},
+  };
+  for (const Case& c : good) {
+    std::string_view name, port;
+    ASSERT_TRUE(split_host(c.in, name, port)) << "refused \"" << c.in << "\"";
+    EXPECT_EQ(name, c.name) << c.in;
+    EXPECT_EQ(port, c.port) << c.in;
+  }
+}
+
+TEST_F(ParserTest, InvalidHostFieldIs400) {
+  for (std::string_view h : {"*", "a b", "a/b", "a?b", "a#b", "a@b", "a:", "a:65536", "[::1]:", "a%2eb", "a*"}) {
+    expect_error("PURGE /p/k1 HTTP/1.1\r\nHost: " + std::string(h) + "\r\n\r\n", 400);
+  }
+  expect_error("GET / HTTP/1.1\r\nHost: a\x01\r\n\r\n", 400);  // a CTL in the value
+  expect_error("GET / HTTP/1.1\r\nHost: :80\r\n\r\n", 400);
+  expect_error("GET / HTTP/1.0\r\nHost: *\r\n\r\n", 400);  // HTTP/1.0 needs no Host, but a bad one is still bad
+  // The Host field is checked even when an absolute-form target supplies the host (RFC 9112 §3.2: a Host field
+  // with an invalid value is a 400 for any request).
+  expect_error("GET http://a.example/ HTTP/1.1\r\nHost: *\r\n\r\n", 400);
+}
+
+TEST_F(ParserTest, InvalidAuthorityInRequestTargetIs400) {
+  for (std::string_view t : {"http://*/p", "http://*.example/p", "http://a*/p", "http://a%2eb/", "http://a:/",
+                             "http://a:65536/", "http://a:8x/", "http://[::1/", "http://[::1]:/", "http://a!b/",
+                             "http://a..b/", "http://./", "http://:80/", "https://[v1.x]/"}) {
+    expect_error("GET " + std::string(t) + " HTTP/1.1\r\nHost: h\r\n\r\n", 400);
+  }
+  expect_error("CONNECT *:443 HTTP/1.1\r\nHost: h\r\n\r\n", 400);
+  expect_error("CONNECT a:443x HTTP/1.1\r\nHost: h\r\n\r\n", 400);
+  expect_complete("GET http://[::1]:8080/x HTTP/1.1\r\nHost: h\r\n\r\n");
+  EXPECT_EQ(req_.host_name, "[::1]");
+  EXPECT_EQ(req_.host_port, "8080");
+  expect_complete("GET http://A.Example./x HTTP/1.1\r\nHost: h\r\n\r\n");
+  EXPECT_EQ(req_.host_name, "A.Example");
+}
+
 TEST_F(ParserTest, C01ContentLengthWithTransferEncodingIs400) {
   const std::string a =
       "POST /index.html HTTP/1.1\r\nHost: static.example.com\r\n"
