@@ -28,6 +28,7 @@ constexpr uint64_t kLingeringTimeMs = 30000;     // nginx lingering_time default
 constexpr size_t kReclaimBatch = 32;             // idle connections closed at once at the limit (nginx: 32)
 constexpr size_t kInBuf = 4096;                  // first input buffer of a stream (grows by doubling)
 constexpr size_t kPoolMax = 256;                 // buffers of each kind kept per core for reuse
+constexpr uint64_t kAcceptRetryMs = 500;         // accept paused after EMFILE/ENFILE (nginx accept_mutex_delay)
 
 // An output block: owned bytes in data[], or (ref != nullptr) a reference to caller-owned bytes.
 struct OutBlock {
@@ -66,7 +67,14 @@ struct KernelStack::Impl {
   size_t open = 0;
   AcceptHandler* accept_handler = nullptr;
   bool accepting = false;
-  bool accept_paused = false;
+  bool accept_paused = false;   // worker_connections reached: resumes when a stream closes
+  bool accept_backoff = false;  // accept failed for want of a resource (EMFILE...): resumes on a timer or a close
+  base::LogRateLimiter accept_log{1000};  // "accept4() failed": one line per second on this core
+
+  struct AcceptRetryTimer final : reactor::Timer {
+    Impl* stack = nullptr;
+    void fire() override { stack->end_accept_backoff(); }
+  } accept_retry;
 
   struct ListenerOp final : reactor::IoOp {
     Impl* stack = nullptr;
@@ -89,8 +97,11 @@ struct KernelStack::Impl {
   // Every stream not yet destroyed (accepted or connecting), for the reset at exit (~KernelStack).
   KernelStream* live = nullptr;
 
-  Impl(reactor::Reactor& r, stats::CoreStats& s, uint32_t max) : reactor(r), stats(s), max_streams(max) {}
+  Impl(reactor::Reactor& r, stats::CoreStats& s, uint32_t max) : reactor(r), stats(s), max_streams(max) {
+    accept_retry.stack = this;
+  }
   ~Impl() {
+    reactor.timers().cancel(accept_retry);
     for (char* b : free_in_bufs) std::free(b);
     for (OutBlock* b : free_blocks) std::free(b);
   }
@@ -136,27 +147,49 @@ struct KernelStack::Impl {
   }
 
   void arm_accept(ListenerOp& l) {
-    if (l.armed || !accepting || accept_paused) return;
+    if (l.armed || !accepting || accept_paused || accept_backoff) return;
     io_uring_prep_multishot_accept(reactor.sqe(&l), l.fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     l.armed = true;
+  }
+  void cancel_accepts() {
+    for (auto& l : listeners) {
+      if (l->armed) io_uring_prep_cancel(reactor.sqe(&null_op), l.get(), 0);
+    }
   }
   void pause_accept() {
     if (accept_paused) return;
     accept_paused = true;
-    for (auto& l : listeners) {
-      if (l->armed) io_uring_prep_cancel(reactor.sqe(&null_op), l.get(), 0);
-    }
+    cancel_accepts();
   }
   void resume_accept() {
     if (!accept_paused) return;
     accept_paused = false;
     for (auto& l : listeners) arm_accept(*l);
   }
+  /// accept failed for want of a descriptor or memory: stop accepting (the clients wait in the backlog) until
+  /// kAcceptRetryMs have passed or one of this core's streams has closed, as nginx disables its accept events
+  /// for accept_mutex_delay (ngx_event_accept) instead of retrying at once.
+  void begin_accept_backoff() {
+    if (!accept_backoff) {
+      accept_backoff = true;
+      cancel_accepts();
+    }
+    if (!accept_retry.armed()) reactor.timers().arm(accept_retry, reactor.now_ms() + kAcceptRetryMs);
+  }
+  void end_accept_backoff() {
+    if (!accept_backoff) return;
+    accept_backoff = false;
+    reactor.timers().cancel(accept_retry);
+    for (auto& l : listeners) arm_accept(*l);
+  }
   void on_accept(ListenerOp& l, int32_t res, uint32_t flags);
+  void accept_failed(int err);
   void stream_closed() {
     --open;
     --stats.conn_active;
     if (accept_paused && open < max_streams) resume_accept();
+    // The stream's descriptor is closed by an SQE queued before the accept this re-arms (one submit, in order).
+    if (accept_backoff) end_accept_backoff();
   }
 };
 
@@ -636,8 +669,29 @@ void KernelStack::Impl::on_accept(ListenerOp& l, int32_t res, uint32_t flags) {
         s->start(h);
       }
     }
+  } else if (accepting && res != -ECANCELED && res != -EAGAIN && res != -EINTR) {
+    accept_failed(-res);
   }
   if (!l.armed) arm_accept(l);
+}
+
+void KernelStack::Impl::accept_failed(int err) {
+  // nginx's levels (ngx_event_accept): crit when out of descriptors, error for a connection aborted before it
+  // was accepted (accepting goes on at once), alert for anything else. One line per second per core at most.
+  const uint64_t now = reactor.now_ms();
+  if (err == ECONNABORTED) {
+    KOSOKU_LOG_LIMITED(accept_log, now, kError, "accept4() failed (%d: %s)", err, std::strerror(err));
+    return;
+  }
+  ++stats.conn_accept_failed;
+  if (err == EMFILE || err == ENFILE) {
+    KOSOKU_LOG_LIMITED(accept_log, now, kCrit, "accept4() failed (%d: %s) with %zu connection(s) open on this core",
+                       err, std::strerror(err), open);
+  } else {
+    KOSOKU_LOG_LIMITED(accept_log, now, kAlert, "accept4() failed (%d: %s)", err, std::strerror(err));
+  }
+  // Retrying at once would fail again at once: a busy loop while new clients time out.
+  begin_accept_backoff();
 }
 
 KernelStack::KernelStack(reactor::Reactor& reactor, stats::CoreStats& stats, uint32_t max_streams)

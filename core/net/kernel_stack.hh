@@ -16,6 +16,11 @@
 // output blocks come from per-core free lists.
 // worker_connections is enforced per core: at the limit the multishot accept is cancelled and connections
 // wait in the kernel's backlog; accepting resumes below the limit.
+// An accept that fails for want of a descriptor or memory (EMFILE, ENFILE, ENOBUFS, ENOMEM) pauses accepting for
+// 500 ms, or until one of the core's streams closes, as nginx disables its accept events for accept_mutex_delay
+// (ngx_event_accept): retrying at once would spin the loop while new clients time out in the backlog. It is
+// counted (CoreStats::conn_accept_failed) and logged at crit, "accept4() failed (24: Too many open files)", at
+// most once per second per core.
 #pragma once
 
 #include <cstdint>

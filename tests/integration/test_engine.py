@@ -47,9 +47,10 @@ http {{
 """)
         self.proc = None
 
-    def start(self):
+    def start(self, preexec_fn=None):
+        """preexec_fn: run in the child before kosoku (e.g. resource.setrlimit)."""
         self.proc = subprocess.Popen([sut.kosoku_bin(), "-c", str(self.conf)], stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE)
+                                     stderr=subprocess.PIPE, preexec_fn=preexec_fn)
         deadline = time.monotonic() + 10 * sut.SLOWDOWN
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
