@@ -22,7 +22,8 @@ pytestmark = pytest.mark.skipif(sut.SUT != "kosoku", reason="kosoku-only engine 
 
 
 class Kosoku:
-    def __init__(self, tmp: Path, main: str = "", http: str = "", server: str = "", workers: int = 2):
+    def __init__(self, tmp: Path, main: str = "", http: str = "", server: str = "", workers: int = 2,
+                 worker_connections: int = 1024):
         self.dir = tmp
         self.port = sut.free_port()
         self.www = tmp / "www"
@@ -33,7 +34,7 @@ class Kosoku:
 worker_processes {workers};
 error_log {tmp}/error.log info;
 {main}
-events {{ worker_connections 1024; }}
+events {{ worker_connections {worker_connections}; }}
 http {{
     types {{ text/html html; text/plain txt; application/octet-stream bin; }}
     {http or "access_log off;"}
