@@ -13,6 +13,7 @@ About 10-20 s.
 """
 from __future__ import annotations
 
+import os
 import resource
 import socket
 import statistics
@@ -158,8 +159,9 @@ def test_ten_thousand_idle_connections_cost_no_latency_and_little_memory(tmp):
             # to every request: the median shows it.
             assert median < 3 * base[0] + 0.3, summary
             assert tail < 5 * base[1] + 3, summary
-        assert fresh_kib <= MAX_FRESH_KIB, summary
-        assert keepalive_kib <= MAX_KEEPALIVE_KIB, summary
+        if not os.environ.get("KOSOKU_SANITIZED"):  # a sanitizer's quarantine keeps freed memory resident
+            assert fresh_kib <= MAX_FRESH_KIB, summary
+            assert keepalive_kib <= MAX_KEEPALIVE_KIB, summary
     finally:
         client.close()
         for s in idle:
