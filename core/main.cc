@@ -75,6 +75,50 @@ std::vector<int> allowed_cpus() {
   return cpus;
 }
 
+// The descriptor limit. On `network kernel` every connection, a client's or an upstream's, is a descriptor, and
+// the workers are threads of one process, so they share one descriptor table: worker_processes ×
+// worker_connections of them, plus listeners, rings, logs and open files (nginx's workers are processes, each
+// with worker_connections). `worker_rlimit_nofile N` sets both limits to N, as nginx does; a process without
+// the privilege to raise the hard limit gets the soft one raised as far as the hard one. Without the
+// directive, a soft limit below what the connections need is raised to the hard limit (kosoku has no
+// select(2) that a large limit could break). Then, as nginx warns at start, "N worker_connections exceed open
+// file resource limit: L" if they still do not fit: past it accept() fails with EMFILE (kernel_stack.hh).
+void set_nofile_limit(const kosoku::config::MainConf& conf) {
+  const bool kernel_sockets = conf.network.backend != kosoku::config::NetworkBackend::kDpdk;
+  const uint64_t need = static_cast<uint64_t>(conf.worker_processes) * conf.worker_connections;
+  if (conf.worker_rlimit_nofile > 0) {
+    rlimit rl{conf.worker_rlimit_nofile, conf.worker_rlimit_nofile};
+    if (setrlimit(RLIMIT_NOFILE, &rl) != 0) {
+      KOSOKU_LOG(kAlert, "setrlimit(RLIMIT_NOFILE, %d) failed (%d: %s)", conf.worker_rlimit_nofile, errno,
+                 std::strerror(errno));
+    }
+  }
+  rlimit rl{};
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return;
+  rlim_t want = rl.rlim_cur;
+  if (conf.worker_rlimit_nofile > 0) {
+    want = conf.worker_rlimit_nofile;
+  } else if (kernel_sockets && rl.rlim_cur < need) {
+    want = rl.rlim_max != RLIM_INFINITY ? rl.rlim_max : need;
+  }
+  if (want > rl.rlim_max) want = rl.rlim_max;
+  if (want > rl.rlim_cur) {
+    const rlim_t from = rl.rlim_cur;
+    rl.rlim_cur = want;
+    if (setrlimit(RLIMIT_NOFILE, &rl) == 0) {
+      KOSOKU_LOG(kNotice, "RLIMIT_NOFILE soft limit raised from %d to %d", from, want);
+    } else {
+      KOSOKU_LOG(kAlert, "setrlimit(RLIMIT_NOFILE, %d) failed (%d: %s)", want, errno, std::strerror(errno));
+      rl.rlim_cur = from;
+    }
+  }
+  if (kernel_sockets && need > rl.rlim_cur) {
+    KOSOKU_LOG(kWarn, "%d worker_connections exceed open file resource limit: %d (%d worker_processes × %d "
+               "worker_connections; set worker_rlimit_nofile or raise the limit)",
+               need, rl.rlim_cur, conf.worker_processes, conf.worker_connections);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -156,13 +200,7 @@ int main(int argc, char** argv) {
     auto& log = kosoku::base::ErrorLog::global();
     if (log.enabled(lvl)) log.write(lvl, msg);
   });
-  if (conf.worker_rlimit_nofile > 0) {
-    rlimit rl{conf.worker_rlimit_nofile, conf.worker_rlimit_nofile};
-    if (setrlimit(RLIMIT_NOFILE, &rl) != 0) {
-      KOSOKU_LOG(kAlert, "setrlimit(RLIMIT_NOFILE, %d) failed (%d: %s)", conf.worker_rlimit_nofile, errno,
-                 std::strerror(errno));
-    }
-  }
+  set_nofile_limit(conf);
 
   // Signals are taken synchronously by this thread (sigwait); the loops never see them.
   sigset_t sigs;

@@ -79,7 +79,11 @@ void HttpConnection::process() {
     if (in.empty()) {
       // The client half-closed (FIN) and every request it sent is answered: close now, as nginx does, instead
       // of idling until keepalive_timeout. (A FIN in the middle of a head or body is handled by on_peer_closed.)
-      if (peer_closed_ && state_ == State::kIdle) close(net::Stream::Close::kGraceful);
+      if (peer_closed_ && state_ == State::kIdle) {
+        close(net::Stream::Close::kGraceful);
+      } else if (state_ == State::kIdle) {
+        release_request();
+      }
       break;
     }
     if (stream_->pending_output() > kPipelineHighWater) {
@@ -91,6 +95,10 @@ void HttpConnection::process() {
       state_ = State::kReadingHead;
       set_stat(&core_.stats->conn_reading);
       arm(listen_.default_server->client_header_timeout_ms);
+      if (fields_ == nullptr) {
+        fields_ = srv_.take_fields();
+        req_.fields = std::span<HeaderField>(fields_.get(), kMaxFields);
+      }
     }
     ParseResult r = parse_request(std::string_view(in.data(), in.size()), req_, limits_, last_len_);
     if (r.status == ParseStatus::kPartial) {
@@ -110,6 +118,18 @@ void HttpConnection::process() {
   }
   if (stream_ != nullptr && state_ != State::kClosing) stream_->flush();
   in_process_ = false;
+}
+
+void HttpConnection::release_request() {
+  if (fields_ == nullptr) return;  // released already: every request starts by taking a table
+  srv_.give_fields(std::move(fields_));
+  chunked_.reset();
+  req_ = Request{};
+  // Assigning an empty string keeps the capacity: swap with one instead.
+  for (std::string* s : {&head_buf_, &uri_, &host_lower_, &return_body_}) std::string().swap(*s);
+  { ResponseHead last = std::move(head_); }  // moved from: its strings' buffers go with `last`
+  head_ = ResponseHead{};
+  if (state_slot_ != nullptr && state_slot_->on_idle()) state_slot_.reset();
 }
 
 void HttpConnection::start_request(std::span<const char> in, size_t head_len) {
@@ -140,6 +160,7 @@ void HttpConnection::start_request(std::span<const char> in, size_t head_len) {
   head_ = ResponseHead{};
   head_only_ = req_.method == Method::kHead;
   head_sent_ = false;
+  out_head_len_ = 0;
   body_bytes_ = 0;
   status_ = 0;
   body_left_ = 0;
@@ -149,7 +170,7 @@ void HttpConnection::start_request(std::span<const char> in, size_t head_len) {
   chunked_out_ = false;
   body_done_ = req_.body == BodyFraming::kNone;
   if (req_.body == BodyFraming::kContentLength) body_left_ = *req_.content_length;
-  if (req_.body == BodyFraming::kChunked) chunked_.emplace(ChunkedLimits{});
+  if (req_.body == BodyFraming::kChunked) chunked_ = std::make_unique<ChunkedDecoder>(ChunkedLimits{});
 
   // Virtual server by Host (lower-cased), then the location by the normalised path.
   host_lower_.assign(req_.host_name.data(), req_.host_name.size());
@@ -173,7 +194,7 @@ void HttpConnection::send_head() {
       keep_alive_ = false;
     }
   }
-  std::string& h = out_head_;
+  std::string& h = srv_.head_scratch;
   h.clear();
   absl::StrAppend(&h, "HTTP/1.1 ", status_, " ", reason_phrase(status_), "\r\nServer: kosoku\r\nDate: ",
                   core_.reactor->http_date(), "\r\n");
@@ -219,6 +240,7 @@ void HttpConnection::send_head() {
     }
   }
   h.append("\r\n");
+  out_head_len_ = h.size();
   stream_->write(h);
 }
 
@@ -251,6 +273,7 @@ void HttpConnection::send_simple_error(int status) {
   head_only_ = false;
   head_ = ResponseHead{};
   head_sent_ = false;
+  out_head_len_ = 0;
   body_bytes_ = 0;
   head_buf_.clear();
   req_.method_text = {};
@@ -276,7 +299,7 @@ void HttpConnection::finish() {
     close(body_done_ ? net::Stream::Close::kGraceful : net::Stream::Close::kLinger);
     return;
   }
-  if (!body_done_ && (body_left_ > 0 || chunked_.has_value())) {
+  if (!body_done_ && (body_left_ > 0 || chunked_ != nullptr)) {
     state_ = State::kDiscardBody;
     set_stat(&core_.stats->conn_reading);
     arm(loc_->client_body_timeout_ms);
@@ -296,7 +319,7 @@ void HttpConnection::finish() {
 bool HttpConnection::discard_body() {
   std::span<const char> in = stream_->input();
   if (in.empty()) return false;
-  if (!chunked_.has_value()) {
+  if (chunked_ == nullptr) {
     if (!drop_length_body(in)) {
       arm(loc_->client_body_timeout_ms);
       return false;
@@ -331,7 +354,7 @@ int HttpConnection::discard_available_body() {
   while (!body_done_ && stream_ != nullptr) {
     std::span<const char> in = stream_->input();
     if (in.empty()) return 0;
-    if (!chunked_.has_value()) {
+    if (chunked_ == nullptr) {
       if (drop_length_body(in)) body_done_ = true;
       return 0;
     }
@@ -386,7 +409,7 @@ void HttpConnection::deliver_body() {
       if (peer_closed_) body_failed(0);
       return;
     }
-    if (!chunked_.has_value()) {
+    if (chunked_ == nullptr) {
       size_t n = in.size() < body_left_ ? in.size() : static_cast<size_t>(body_left_);
       // Copy-free: the sink sees the stream's buffer; consume after the call.
       body_sink_->on_body_data(std::string_view(in.data(), n));
@@ -430,11 +453,26 @@ void HttpConnection::deliver_body() {
 void HttpConnection::log_request() {
   if (srv_.access_log == nullptr || loc_ == nullptr || loc_->access_log.empty()) return;
   uint64_t request_time = core_.reactor->now_ms() - start_ms_;
-  srv_.access_log->log(*loc_, *this, status_, body_bytes_ + out_head_.size(), body_bytes_, request_time);
+  srv_.access_log->log(*loc_, *this, status_, body_bytes_ + out_head_len_, body_bytes_, request_time);
 }
 
 HttpServer::HttpServer(const CoreContext& core, ContentHandler& static_handler)
     : core_(core), static_handler_(static_handler) {}
+
+namespace {
+constexpr size_t kFreeFieldTables = 256;  // per core: 1 MB at most
+}  // namespace
+
+std::unique_ptr<HeaderField[]> HttpServer::take_fields() {
+  if (free_fields_.empty()) return std::make_unique<HeaderField[]>(kMaxFields);
+  std::unique_ptr<HeaderField[]> t = std::move(free_fields_.back());
+  free_fields_.pop_back();
+  return t;
+}
+
+void HttpServer::give_fields(std::unique_ptr<HeaderField[]> table) {
+  if (free_fields_.size() < kFreeFieldTables) free_fields_.push_back(std::move(table));
+}
 
 net::StreamHandler* HttpServer::on_accept(net::Stream& s, const config::ListenSocket& listen) {
   return new HttpConnection(*this, s, listen);

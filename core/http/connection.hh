@@ -44,6 +44,18 @@ class HttpServer final : public net::AcceptHandler {
   void begin_shutdown();
   bool shutting_down() const { return shutting_down_; }
 
+  /// Field lines per request head (Request::fields).
+  static constexpr size_t kMaxFields = 100;
+  /// The table a request head is parsed into (kMaxFields entries, 4 KB): a connection takes one when it starts
+  /// reading a head and gives it back when it goes idle, so an idle keep-alive connection holds none. Up to
+  /// kFreeFieldTables given back are kept for the next requests on this core.
+  std::unique_ptr<HeaderField[]> take_fields();
+  void give_fields(std::unique_ptr<HeaderField[]> table);
+
+  /// Where a connection builds its response head before writing it to the stream (one per core: not kept
+  /// by each connection).
+  std::string head_scratch;
+
   /// Access log writer hook (set by main once access logs are opened); may stay null.
   AccessLogSink* access_log = nullptr;
   /// Connections accepted by this core ($connection is core-local: core id in the high bits).
@@ -60,6 +72,7 @@ class HttpServer final : public net::AcceptHandler {
   CoreContext core_;
   ContentHandler& static_handler_;
   std::vector<std::pair<LocationPredicate, ContentHandler*>> handlers_;
+  std::vector<std::unique_ptr<HeaderField[]>> free_fields_;
   bool shutting_down_ = false;
 };
 

@@ -32,11 +32,10 @@ class HttpConnection final : public net::StreamHandler,
                              public reactor::Task,
                              public HttpServer::Node {
  public:
-  static constexpr size_t kMaxFields = 100;  // field lines per request head (Request::fields)
+  static constexpr size_t kMaxFields = HttpServer::kMaxFields;
 
   HttpConnection(HttpServer& srv, net::Stream& s, const config::ListenSocket& ls)
       : srv_(srv), core_(srv.core()), stream_(&s), listen_(ls) {
-    req_.fields = std::span<HeaderField>(fields_, kMaxFields);
     server_port_ = s.local_port();
     id_ = ++srv.connection_counter;
     const config::ServerConf& def = *ls.default_server;
@@ -233,6 +232,11 @@ class HttpConnection final : public net::StreamHandler,
   }
 
   void process();
+  /// An idle keep-alive connection keeps none of its last request's memory, as nginx frees the request on
+  /// keep-alive (ngx_http_set_keepalive): the field-line table, the request's and the response head's strings
+  /// (Request is reset: nothing points into freed bytes), and the content state if it lets go (on_idle).
+  /// Called from process() only, when nothing of the request is on the stack.
+  void release_request();
   bool discard_body();
   /// Discards the request body bytes already received; returns 0, or the status for a malformed body.
   int discard_available_body();
@@ -278,24 +282,24 @@ class HttpConnection final : public net::StreamHandler,
   net::Stream* stream_;
   const config::ListenSocket& listen_;
   State state_ = State::kIdle;
+  uint16_t server_port_ = 0;  // (the small members are grouped: the object stays in a smaller size class)
+  mutable bool remote_addr_known_ = false;
   uint64_t* state_stat_ = nullptr;
   ParserLimits limits_;
   size_t last_len_ = 0;
 
   // Current request.
-  HeaderField fields_[kMaxFields];
+  std::unique_ptr<HeaderField[]> fields_;  // from reading a head until idle (HttpServer::take_fields)
   Request req_;
   std::string head_buf_;
   std::string uri_;
   std::string host_lower_;
   mutable std::string remote_addr_;
-  mutable bool remote_addr_known_ = false;
-  uint16_t server_port_ = 0;
   uint64_t id_ = 0;
   const config::ServerConf* server_ = nullptr;
   const config::LocationConf* loc_ = nullptr;
   ResponseHead head_;
-  std::string out_head_;
+  size_t out_head_len_ = 0;  // bytes of the response head (built in HttpServer::head_scratch)
   std::string return_body_;
   std::unique_ptr<ContentState> state_slot_;
   uint64_t start_ms_ = 0;
@@ -303,13 +307,13 @@ class HttpConnection final : public net::StreamHandler,
   uint64_t head_bytes_ = 0;
   uint64_t body_bytes_ = 0;
   uint64_t body_left_ = 0;       // Content-Length body bytes still to discard
-  std::optional<ChunkedDecoder> chunked_;
+  std::unique_ptr<ChunkedDecoder> chunked_;  // a chunked request body (rare: allocated for it)
   BodySink* body_sink_ = nullptr;
+  BodyTask body_task_{this};
+  ProcessTask process_task_{this};
   bool body_paused_ = false;
   bool body_done_ = true;        // no body, or all of it consumed (read or discarded)
   bool chunked_out_ = false;     // this response uses chunked transfer coding
-  BodyTask body_task_{this};
-  ProcessTask process_task_{this};
   bool keep_alive_ = true;
   bool head_only_ = false;
   bool head_sent_ = false;

@@ -75,7 +75,7 @@ void HttpConnection::run_phases() {
   loc_ = server_->find_location(uri_);
   // A logged request keeps its client address even if the client resets before the response is done.
   if (!loc_->access_log.empty()) remote_addr();
-  if (chunked_.has_value()) chunked_.emplace(ChunkedLimits{.max_body_size = loc_->client_max_body_size});
+  if (chunked_ != nullptr) *chunked_ = ChunkedDecoder(ChunkedLimits{.max_body_size = loc_->client_max_body_size});
   if (loc_->keepalive_timeout_ms == 0 || requests_ >= loc_->keepalive_requests) keep_alive_ = false;
 
   // Request body framing limits (RFC 9110 §15.5.14; nginx client_max_body_size).

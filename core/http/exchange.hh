@@ -104,6 +104,11 @@ class BodySink {
 class ContentState {
  public:
   virtual ~ContentState() = default;
+  /// The connection went idle after this state's response (keep-alive, nothing pipelined): drop what only a
+  /// request needs (buffers, open files), so an idle connection holds as little as possible. Return true if
+  /// nothing of the state is in flight any more and the exchange may free it now (the handler makes a new one
+  /// for the next request); false keeps it. Default: keep it, as it is.
+  virtual bool on_idle() { return false; }
   /// The client went away while this state had work in flight. The state must stop producing output and
   /// call Exchange::release() once no I/O of its own is in flight (possibly right away).
   virtual void on_abort() = 0;

@@ -28,6 +28,7 @@ constexpr uint64_t kLingeringTimeMs = 30000;     // nginx lingering_time default
 constexpr size_t kReclaimBatch = 32;             // idle connections closed at once at the limit (nginx: 32)
 constexpr size_t kInBuf = 4096;                  // first input buffer of a stream (grows by doubling)
 constexpr size_t kPoolMax = 256;                 // buffers of each kind kept per core for reuse
+constexpr uint64_t kAcceptRetryMs = 500;         // accept paused after EMFILE/ENFILE (nginx accept_mutex_delay)
 
 // An output block: owned bytes in data[], or (ref != nullptr) a reference to caller-owned bytes.
 struct OutBlock {
@@ -39,6 +40,13 @@ struct OutBlock {
   uint32_t end;
   char data[];
   const char* bytes() const { return ref != nullptr ? ref : data; }
+};
+
+// The sendmsg(2) arguments of a send in flight: taken from the core's free list when a send is submitted and
+// given back when it completes, so an idle stream carries none (1 KiB of iovecs).
+struct SendArgs {
+  msghdr msg;
+  iovec iov[kMaxIov];
 };
 
 OutBlock* new_block(size_t cap) {
@@ -66,7 +74,14 @@ struct KernelStack::Impl {
   size_t open = 0;
   AcceptHandler* accept_handler = nullptr;
   bool accepting = false;
-  bool accept_paused = false;
+  bool accept_paused = false;   // worker_connections reached: resumes when a stream closes
+  bool accept_backoff = false;  // accept failed for want of a resource (EMFILE...): resumes on a timer or a close
+  base::LogRateLimiter accept_log{1000};  // "accept4() failed": one line per second on this core
+
+  struct AcceptRetryTimer final : reactor::Timer {
+    Impl* stack = nullptr;
+    void fire() override { stack->end_accept_backoff(); }
+  } accept_retry;
 
   struct ListenerOp final : reactor::IoOp {
     Impl* stack = nullptr;
@@ -81,18 +96,38 @@ struct KernelStack::Impl {
     void complete(int32_t, uint32_t) override {}
   } null_op;
 
-  // Per-core free lists of the per-connection buffers (4 KiB input buffers, kMinBlock output blocks): a
-  // connection per request would otherwise malloc and free both every time. Bounded: beyond kPoolMax the
-  // memory goes back to the allocator.
+  // Per-core free lists of the per-connection buffers (4 KiB input buffers, kMinBlock output blocks, sendmsg
+  // arguments): a stream holds them only while it has input not yet consumed, output not yet sent, a send in
+  // flight; an idle keep-alive stream holds none (nginx frees its buffers on keep-alive too,
+  // ngx_http_set_keepalive). The lists make taking them again cheap. Bounded: beyond kPoolMax the memory goes
+  // back to the allocator.
   std::vector<char*> free_in_bufs;
   std::vector<OutBlock*> free_blocks;
+  std::vector<SendArgs*> free_send_args;
   // Every stream not yet destroyed (accepted or connecting), for the reset at exit (~KernelStack).
   KernelStream* live = nullptr;
 
-  Impl(reactor::Reactor& r, stats::CoreStats& s, uint32_t max) : reactor(r), stats(s), max_streams(max) {}
+  Impl(reactor::Reactor& r, stats::CoreStats& s, uint32_t max) : reactor(r), stats(s), max_streams(max) {
+    accept_retry.stack = this;
+  }
   ~Impl() {
+    reactor.timers().cancel(accept_retry);
     for (char* b : free_in_bufs) std::free(b);
     for (OutBlock* b : free_blocks) std::free(b);
+    for (SendArgs* a : free_send_args) delete a;
+  }
+  SendArgs* take_send_args() {
+    if (free_send_args.empty()) return new SendArgs;
+    SendArgs* a = free_send_args.back();
+    free_send_args.pop_back();
+    return a;
+  }
+  void give_send_args(SendArgs* a) {
+    if (free_send_args.size() < kPoolMax) {
+      free_send_args.push_back(a);
+    } else {
+      delete a;
+    }
   }
   char* take_in_buf() {
     if (free_in_bufs.empty()) return static_cast<char*>(std::malloc(kInBuf));
@@ -136,27 +171,49 @@ struct KernelStack::Impl {
   }
 
   void arm_accept(ListenerOp& l) {
-    if (l.armed || !accepting || accept_paused) return;
+    if (l.armed || !accepting || accept_paused || accept_backoff) return;
     io_uring_prep_multishot_accept(reactor.sqe(&l), l.fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     l.armed = true;
+  }
+  void cancel_accepts() {
+    for (auto& l : listeners) {
+      if (l->armed) io_uring_prep_cancel(reactor.sqe(&null_op), l.get(), 0);
+    }
   }
   void pause_accept() {
     if (accept_paused) return;
     accept_paused = true;
-    for (auto& l : listeners) {
-      if (l->armed) io_uring_prep_cancel(reactor.sqe(&null_op), l.get(), 0);
-    }
+    cancel_accepts();
   }
   void resume_accept() {
     if (!accept_paused) return;
     accept_paused = false;
     for (auto& l : listeners) arm_accept(*l);
   }
+  /// accept failed for want of a descriptor or memory: stop accepting (the clients wait in the backlog) until
+  /// kAcceptRetryMs have passed or one of this core's streams has closed, as nginx disables its accept events
+  /// for accept_mutex_delay (ngx_event_accept) instead of retrying at once.
+  void begin_accept_backoff() {
+    if (!accept_backoff) {
+      accept_backoff = true;
+      cancel_accepts();
+    }
+    if (!accept_retry.armed()) reactor.timers().arm(accept_retry, reactor.now_ms() + kAcceptRetryMs);
+  }
+  void end_accept_backoff() {
+    if (!accept_backoff) return;
+    accept_backoff = false;
+    reactor.timers().cancel(accept_retry);
+    for (auto& l : listeners) arm_accept(*l);
+  }
   void on_accept(ListenerOp& l, int32_t res, uint32_t flags);
+  void accept_failed(int err);
   void stream_closed() {
     --open;
     --stats.conn_active;
     if (accept_paused && open < max_streams) resume_accept();
+    // The stream's descriptor is closed by an SQE queued before the accept this re-arms (one submit, in order).
+    if (accept_backoff) end_accept_backoff();
   }
 };
 
@@ -199,7 +256,7 @@ class KernelStream final : public Stream {
   std::span<const char> input() const override { return {in_buf_ + in_begin_, in_end_ - in_begin_}; }
   void consume(size_t n) override {
     in_begin_ += n;
-    if (in_begin_ >= in_end_) in_begin_ = in_end_ = 0;
+    if (in_begin_ >= in_end_) release_input();
     // Input back-pressure released: reading resumes once the handler has drained half the limit.
     if (input_full_ && in_end_ - in_begin_ <= kMaxInput / 2) {
       input_full_ = false;
@@ -273,10 +330,10 @@ class KernelStream final : public Stream {
     peer_known_ = true;
     char* buf = peer_text_;
     buf[0] = '\0';
-    if (peer_.ss_family == AF_INET) {
-      inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(&peer_)->sin_addr, buf, sizeof(peer_text_));
-    } else if (peer_.ss_family == AF_INET6) {
-      auto* a6 = reinterpret_cast<const sockaddr_in6*>(&peer_);
+    if (peer_.sa.sa_family == AF_INET) {
+      inet_ntop(AF_INET, &peer_.in4.sin_addr, buf, sizeof(peer_text_));
+    } else if (peer_.sa.sa_family == AF_INET6) {
+      const sockaddr_in6* a6 = &peer_.in6;
       if (IN6_IS_ADDR_V4MAPPED(&a6->sin6_addr)) {
         inet_ntop(AF_INET, &a6->sin6_addr.s6_addr[12], buf, sizeof(peer_text_));
       } else {
@@ -328,7 +385,17 @@ class KernelStream final : public Stream {
       stack_.give_block(head_);
       head_ = n;
     }
-    if (in_buf_ != nullptr) stack_.give_in_buf(in_buf_, in_cap_);
+    release_input();
+    if (send_args_ != nullptr) stack_.give_send_args(send_args_);
+  }
+
+  /// Everything received is consumed: the buffer goes back to the core's free list (an idle stream holds none).
+  void release_input() {
+    in_begin_ = in_end_ = 0;
+    if (in_buf_ == nullptr) return;
+    stack_.give_in_buf(in_buf_, in_cap_);
+    in_buf_ = nullptr;
+    in_cap_ = 0;
   }
 
   void arm_recv() {
@@ -439,6 +506,8 @@ class KernelStream final : public Stream {
   void on_send(int32_t res) {
     Guard g(this);
     send_in_flight_ = false;
+    if (send_args_ != nullptr) stack_.give_send_args(send_args_);
+    send_args_ = nullptr;
     if (res > 0) {
       stack_.stats.bytes_out += static_cast<uint64_t>(res);
       advance_output(static_cast<size_t>(res));
@@ -464,10 +533,8 @@ class KernelStream final : public Stream {
       head_->begin += static_cast<uint32_t>(take);
       n -= take;
       if (head_->begin == head_->end) {
-        if (head_ == tail_ && head_->ref == nullptr) {
-          head_->begin = head_->end = 0;  // keep the last owned block for reuse
-          break;
-        }
+        // Every sent block goes back, the last one too: an idle stream holds no output block (the core's free
+        // list hands the next response one at once).
         if (head_ == tail_) tail_ = nullptr;
         OutBlock* next = head_->next;
         stack_.give_block(head_);
@@ -536,7 +603,13 @@ class KernelStream final : public Stream {
   KernelStream* prev_live_ = nullptr;  // KernelStack::Impl::live
   KernelStream* next_live_ = nullptr;
   StreamHandler* handler_ = nullptr;
-  mutable sockaddr_storage peer_{};
+  // TCP over IPv4 or IPv6 only (a sockaddr_storage would be 100 bytes more per connection).
+  union PeerAddr {
+    sockaddr sa;
+    sockaddr_in in4;
+    sockaddr_in6 in6;
+  };
+  mutable PeerAddr peer_{};
   mutable char peer_text_[INET6_ADDRSTRLEN] = {};
   mutable uint8_t peer_text_len_ = 0;
   mutable bool peer_known_ = false;
@@ -549,8 +622,7 @@ class KernelStream final : public Stream {
   OutBlock* tail_ = nullptr;
   size_t pending_ = 0;
   size_t low_water_ = 0;
-  msghdr msg_{};
-  iovec iov_[kMaxIov];
+  SendArgs* send_args_ = nullptr;  // while a send is in flight
 
   socklen_t peer_len_ = 0;
   RecvOp recv_op_{this};
@@ -568,22 +640,27 @@ class KernelStream final : public Stream {
 
 void KernelStream::flush() {
   if (send_in_flight_ || connecting_ || pending_ == 0 || dead_) return;
+  SendArgs* a = stack_.take_send_args();
   unsigned n = 0;
   for (OutBlock* b = head_; b != nullptr && n < kMaxIov; b = b->next) {
     if (b->end == b->begin) continue;
-    iov_[n].iov_base = const_cast<char*>(b->bytes()) + b->begin;
-    iov_[n].iov_len = b->end - b->begin;
+    a->iov[n].iov_base = const_cast<char*>(b->bytes()) + b->begin;
+    a->iov[n].iov_len = b->end - b->begin;
     ++n;
   }
-  if (n == 0) return;
-  msg_ = {};
-  msg_.msg_iov = iov_;
-  msg_.msg_iovlen = n;
+  if (n == 0) {
+    stack_.give_send_args(a);
+    return;
+  }
+  send_args_ = a;
+  a->msg = {};
+  a->msg.msg_iov = a->iov;
+  a->msg.msg_iovlen = n;
   // Once close() was called no more output comes: MSG_MORE keeps the tail segment in the socket so the FIN of
   // the close (or the lingering shutdown) rides on it. A response on a "Connection: close" connection is then
   // one data+FIN packet instead of a data packet and a FIN packet: one packet, one wake-up of the peer and one
   // ACK less per connection (Linux tcp_send_fin() marks the unsent tail skb).
-  io_uring_prep_sendmsg(stack_.reactor.sqe(&send_op_), fd_, &msg_, MSG_NOSIGNAL | (closing_ ? MSG_MORE : 0));
+  io_uring_prep_sendmsg(stack_.reactor.sqe(&send_op_), fd_, &a->msg, MSG_NOSIGNAL | (closing_ ? MSG_MORE : 0));
   send_in_flight_ = true;
 }
 
@@ -598,7 +675,7 @@ void KernelStream::close(Close how) {
   // Graceful: bound the whole close by lingering_time, then flush → (FIN → drain, if needed) → close.
   stack_.reactor.timers().arm(linger_timer_, stack_.reactor.now_ms() + kLingeringTimeMs);
   linger_needed_ = how == Close::kLinger || in_end_ > in_begin_;
-  in_begin_ = in_end_ = 0;
+  release_input();
   if (pending_ > 0) {
     flush();
   } else if (!send_in_flight_) {
@@ -636,8 +713,29 @@ void KernelStack::Impl::on_accept(ListenerOp& l, int32_t res, uint32_t flags) {
         s->start(h);
       }
     }
+  } else if (accepting && res != -ECANCELED && res != -EAGAIN && res != -EINTR) {
+    accept_failed(-res);
   }
   if (!l.armed) arm_accept(l);
+}
+
+void KernelStack::Impl::accept_failed(int err) {
+  // nginx's levels (ngx_event_accept): crit when out of descriptors, error for a connection aborted before it
+  // was accepted (accepting goes on at once), alert for anything else. One line per second per core at most.
+  const uint64_t now = reactor.now_ms();
+  if (err == ECONNABORTED) {
+    KOSOKU_LOG_LIMITED(accept_log, now, kError, "accept4() failed (%d: %s)", err, std::strerror(err));
+    return;
+  }
+  ++stats.conn_accept_failed;
+  if (err == EMFILE || err == ENFILE) {
+    KOSOKU_LOG_LIMITED(accept_log, now, kCrit, "accept4() failed (%d: %s) with %zu connection(s) open on this core",
+                       err, std::strerror(err), open);
+  } else {
+    KOSOKU_LOG_LIMITED(accept_log, now, kAlert, "accept4() failed (%d: %s)", err, std::strerror(err));
+  }
+  // Retrying at once would fail again at once: a busy loop while new clients time out.
+  begin_accept_backoff();
 }
 
 KernelStack::KernelStack(reactor::Reactor& reactor, stats::CoreStats& stats, uint32_t max_streams)
@@ -681,71 +779,6 @@ KernelStack::~KernelStack() {
   std::free(impl_->buf_base);
 }
 
-int open_listen_socket(const config::ListenConf& conf, std::string* err) {
-  int family = conf.addr.ss_family;
-  int fd = ::socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd < 0) {
-    int e = errno;
-    if (err) *err = absl::StrCat("socket() for ", conf.text, " failed: ", std::strerror(e));
-    return -e;
-  }
-  int one = 1;
-  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-  setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one));
-  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));  // inherited by accepted sockets (Linux)
-  if (conf.so_keepalive >= 0) {  // listen so_keepalive= (nginx); also inherited by accepted sockets
-    int on = conf.so_keepalive;
-    int idle = static_cast<int>(conf.keepidle_s), intvl = static_cast<int>(conf.keepintvl_s);
-    int cnt = static_cast<int>(conf.keepcnt);
-    setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof(on));
-    if (idle > 0) setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
-    if (intvl > 0) setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl));
-    if (cnt > 0) setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt));
-  }
-  // listen rcvbuf= / sndbuf= (nginx): before listen(), so the window scale of the SYN-ACKs follows the receive
-  // buffer; accepted sockets inherit both (and the lock that keeps Linux from auto-tuning them).
-  if (conf.rcvbuf >= 0 && setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &conf.rcvbuf, sizeof(conf.rcvbuf)) < 0) {
-    KOSOKU_LOG(kAlert, "setsockopt(SO_RCVBUF, %d) %s failed, ignored (%d: %s)", conf.rcvbuf, conf.text, errno,
-               std::strerror(errno));
-  }
-  if (conf.sndbuf >= 0 && setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &conf.sndbuf, sizeof(conf.sndbuf)) < 0) {
-    KOSOKU_LOG(kAlert, "setsockopt(SO_SNDBUF, %d) %s failed, ignored (%d: %s)", conf.sndbuf, conf.text, errno,
-               std::strerror(errno));
-  }
-  if (conf.deferred) {  // listen deferred (nginx): accept once the request's first bytes are in (1 s, as nginx)
-    setsockopt(fd, IPPROTO_TCP, TCP_DEFER_ACCEPT, &one, sizeof(one));
-  }
-  if (family == AF_INET6) setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
-  if (::bind(fd, reinterpret_cast<const sockaddr*>(&conf.addr), conf.addr_len) < 0 ||
-      ::listen(fd, conf.backlog) < 0) {
-    int e = errno;
-    if (err) *err = absl::StrCat("bind() to ", conf.text, " failed (", e, ": ", std::strerror(e), ")");
-    ::close(fd);
-    return -e;
-  }
-  return fd;
-}
-
-int probe_listen_address(const config::ListenConf& conf, std::string* err) {
-  int fd = ::socket(conf.addr.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return -errno;
-  int one = 1;
-  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-  if (conf.addr.ss_family == AF_INET6) setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
-  // A kosoku that just exited may still hold its listener for a moment: io_uring tears a ring down
-  // asynchronously after the process is gone, and a pending accept keeps the socket alive until then. Retry
-  // EADDRINUSE for up to 3 s (start-up only, never on a loop).
-  int rc = 0;
-  for (int attempt = 0; attempt < 60; ++attempt) {
-    rc = ::bind(fd, reinterpret_cast<const sockaddr*>(&conf.addr), conf.addr_len) < 0 ? -errno : 0;
-    if (rc != -EADDRINUSE) break;
-    usleep(50 * 1000);
-  }
-  if (rc < 0 && err) *err = absl::StrCat("bind() to ", conf.text, " failed (", -rc, ": ", std::strerror(-rc), ")");
-  ::close(fd);
-  return rc;
-}
-
 int KernelStack::listen(const std::vector<config::ListenSocket>& sockets, AcceptHandler& handler, std::string* err) {
   Impl& s = *impl_;
   s.accept_handler = &handler;
@@ -781,6 +814,10 @@ Stream* KernelStack::connect(const sockaddr* addr, socklen_t addr_len, StreamHan
   Impl& s = *impl_;
   if (s.open >= s.max_streams) {
     if (err) *err = "worker_connections are not enough";
+    return nullptr;
+  }
+  if ((addr->sa_family != AF_INET && addr->sa_family != AF_INET6) || addr_len > sizeof(sockaddr_in6)) {
+    if (err) *err = "connect() failed (97: Address family not supported by protocol)";
     return nullptr;
   }
   int fd = ::socket(addr->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);

@@ -12,10 +12,16 @@
 //     close. Output sent after close() carries MSG_MORE, so the FIN rides on the last data segment (one
 //     packet less per "Connection: close" response); the descriptor is closed with IORING_OP_CLOSE.
 // Per connection (a new connection per request): no system call besides the shared io_uring_enter — the peer
-// address is looked up (getpeername) only when peer()/peer_text() is first called; input buffers and small
-// output blocks come from per-core free lists.
+// address is looked up (getpeername) only when peer()/peer_text() is first called; input buffers, small
+// output blocks and the sendmsg arguments come from per-core free lists and go back as soon as the input is
+// consumed, the output sent, the send completed: an idle (keep-alive) stream holds none of them.
 // worker_connections is enforced per core: at the limit the multishot accept is cancelled and connections
 // wait in the kernel's backlog; accepting resumes below the limit.
+// An accept that fails for want of a descriptor or memory (EMFILE, ENFILE, ENOBUFS, ENOMEM) pauses accepting for
+// 500 ms, or until one of the core's streams closes, as nginx disables its accept events for accept_mutex_delay
+// (ngx_event_accept): retrying at once would spin the loop while new clients time out in the backlog. It is
+// counted (CoreStats::conn_accept_failed) and logged at crit, "accept4() failed (24: Too many open files)", at
+// most once per second per core.
 #pragma once
 
 #include <cstdint>

@@ -45,6 +45,10 @@ class StaticState final : public http::ContentState,
   void start();
 
   // ContentState
+  /// The connection is idle in keep-alive: the state goes (~1 KB), and with it the file, which closes now unless
+  /// open_file_cache keeps it open, as nginx closes a request's file when the request ends; an idle connection
+  /// would hold a descriptor otherwise. Kept only while an open or a read is in flight (never after finish()).
+  bool on_idle() override { return !open_in_flight_ && !read_in_flight_; }
   void on_abort() override {
     aborted_ = true;
     if (!open_in_flight_ && !read_in_flight_) ex_.release();

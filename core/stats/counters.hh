@@ -39,6 +39,7 @@ struct CoreStats {
   // connections
   uint64_t conn_accepted = 0;
   uint64_t conn_rejected = 0;  // refused because worker_connections was reached
+  uint64_t conn_accept_failed = 0;  // accept failures other than an aborted connection (EMFILE, ENFILE, ENOMEM...)
   uint64_t conn_active = 0;    // gauge
   uint64_t conn_reading = 0;   // gauge: reading a request header or body
   uint64_t conn_writing = 0;   // gauge: producing or sending a response

@@ -43,6 +43,7 @@ void add_disk(DiskQueueStats& dst, const DiskQueueStats& src) {
 void add_core(CoreStats& dst, const CoreStats& src) {
   dst.conn_accepted += src.conn_accepted;
   dst.conn_rejected += src.conn_rejected;
+  dst.conn_accept_failed += src.conn_accept_failed;
   dst.conn_active += src.conn_active;
   dst.conn_reading += src.conn_reading;
   dst.conn_writing += src.conn_writing;
@@ -214,8 +215,9 @@ void json_body(std::string& out, const CoreStats& c) {
   absl::StrAppend(&out, "\"connections\":{\"active\":", c.conn_active, ",\"reading\":", c.conn_reading,
                   ",\"writing\":", c.conn_writing, ",\"waiting\":", c.conn_idle,
                   ",\"accepts\":", c.conn_accepted + c.conn_rejected, ",\"handled\":", c.conn_accepted,
-                  ",\"rejected\":", c.conn_rejected, "},\"requests\":", c.requests, ",\"bytes\":{\"in\":",
-                  c.bytes_in, ",\"out\":", c.bytes_out, "},\"responses\":{");
+                  ",\"rejected\":", c.conn_rejected, ",\"accept_failed\":", c.conn_accept_failed,
+                  "},\"requests\":", c.requests, ",\"bytes\":{\"in\":", c.bytes_in, ",\"out\":", c.bytes_out,
+                  "},\"responses\":{");
   for (int k = 0; k < 6; ++k) {
     int i = kResponseOrder[k];
     if (k > 0) out.push_back(',');
@@ -291,7 +293,7 @@ std::string render_text(const Snapshot& s) {
                   " \n");
   // kosoku's lines: "key value" pairs.
   absl::StrAppend(&out, "version ", s.version, " uptime_s ", s.uptime_s, " cores ", s.cores.size(), "\n");
-  absl::StrAppend(&out, "connections rejected ", t.conn_rejected, "\n");
+  absl::StrAppend(&out, "connections rejected ", t.conn_rejected, " accept_failed ", t.conn_accept_failed, "\n");
   absl::StrAppend(&out, "bytes in ", t.bytes_in, " out ", t.bytes_out, "\n");
   out += "responses";
   for (int k = 0; k < 6; ++k) {
@@ -387,6 +389,9 @@ std::string render_prometheus(const Snapshot& s) {
   prom_core_family(out, s, "connections_rejected_total",
                    "Client connections closed because worker_connections was reached", "counter",
                    [](const CoreStats& c) { return c.conn_rejected; });
+  prom_core_family(out, s, "connections_accept_failed_total",
+                   "accept() failures for want of a resource (EMFILE, ENFILE, ENOMEM...): accepting pauses 500 ms",
+                   "counter", [](const CoreStats& c) { return c.conn_accept_failed; });
   prom_core_family(out, s, "connections_active", "Open client connections", "gauge",
                    [](const CoreStats& c) { return c.conn_active; });
   prom_core_family(out, s, "connections_reading", "Connections reading a request", "gauge",

@@ -13,6 +13,8 @@
 //   handled  = conn_accepted
 //   requests = requests
 //   Active   = conn_active; Reading = conn_reading; Writing = conn_writing; Waiting = conn_idle.
+//   accept_failed = conn_accept_failed (kosoku's: accept() failed for want of a descriptor or memory, EMFILE,
+//                   ENFILE, ENOMEM; the clients wait in the listen backlog meanwhile)
 //
 // Adding a subsystem's numbers (DPDK port stats, proxy cache, ...) without editing this file: after
 // aggregate(), push an ExtraSection into Snapshot::extra (and free-form text into Snapshot::info). Each
@@ -78,7 +80,7 @@ Snapshot aggregate(std::span<const CoreStats* const> cores, int64_t now_s);
 ///   Reading: x Writing: y Waiting: z 
 /// then:
 ///   version V uptime_s U cores C
-///   connections rejected J
+///   connections rejected J accept_failed F
 ///   bytes in I out O
 ///   responses 1xx a 2xx b 3xx c 4xx d 5xx e other f
 ///   open_file_cache hits h misses m entries e
@@ -93,7 +95,7 @@ std::string render_text(const Snapshot& s);
 
 /// JSON object with stable field names (documented fields are never renamed; new ones may be added):
 ///   version, time_s, uptime_s,
-///   connections {active, reading, writing, waiting, accepts, handled, rejected}, requests,
+///   connections {active, reading, writing, waiting, accepts, handled, rejected, accept_failed}, requests,
 ///   bytes {in, out}, responses {"1xx","2xx","3xx","4xx","5xx","other"},
 ///   open_file_cache {hits, misses, entries}, shared_buffers {buffers, bytes} (gauges: file data buffers alive,
 ///   net::SharedBuffer, bytes of capacity), loop_iterations,
@@ -114,7 +116,8 @@ void add_extra(Snapshot& s);
 
 /// Prometheus text exposition format 0.0.4. Families (all per core, label core="K"; disk ones also
 /// queue="NAME"): kosoku_build_info{version} (gauge 1), kosoku_uptime_seconds, kosoku_connections_accepted_total,
-/// kosoku_connections_handled_total, kosoku_connections_rejected_total, kosoku_connections_active,
+/// kosoku_connections_handled_total, kosoku_connections_rejected_total, kosoku_connections_accept_failed_total,
+/// kosoku_connections_active,
 /// kosoku_connections_reading, kosoku_connections_writing, kosoku_connections_waiting,
 /// kosoku_http_requests_total, kosoku_http_responses_total{code="1xx".."5xx"|"other"},
 /// kosoku_received_bytes_total, kosoku_sent_bytes_total, kosoku_open_file_cache_hits_total,

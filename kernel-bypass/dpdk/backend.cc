@@ -251,6 +251,11 @@ stats::ExtraSection backend_stats_section() {
     add("dpdk_tcp_resets_out_total", "TCP RSTs sent", t.rst_out);
     add("dpdk_tcp_syn_dropped_max_streams_total", "SYNs dropped: worker_connections are not enough",
         t.refused_max_streams);
+    add("dpdk_tcp_syn_backlog_full_total",
+        "SYNs that found the listen backlog full of half-open connections (answered with a SYN cookie, or dropped "
+        "without syn cookies)",
+        t.syn_backlog_full);
+    add("dpdk_tcp_syn_cookies_sent_total", "SYN cookies sent", t.syn_cookies_sent);
     const IdleStats& idle = cs->idle_stats();
     add("dpdk_idle_sleeps_total", "Idle back-off sleeps (idle_sleep)", idle.sleeps);
     s.metrics.push_back(stats::ExtraMetric{"dpdk_idle_sleep_seconds_total", "Time spent in idle back-off sleeps",

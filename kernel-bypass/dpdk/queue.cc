@@ -2,6 +2,7 @@
 
 #include <rte_ethdev.h>
 #include <rte_mbuf.h>
+#include <rte_mempool.h>
 #include <rte_ring.h>
 
 #include <algorithm>
@@ -58,6 +59,10 @@ std::span<uint8_t> Queue::frame_begin(size_t max_len) {
     building_ = rte_pktmbuf_alloc(conf_.pool);
     if (building_ == nullptr) {
       ++stats_.tx_no_mbuf;
+      KOSOKU_LOG_LIMITED(no_mbuf_log_, base::coarse_monotonic_ms(), kCrit,
+                         "network dpdk: no mbuf for a TX frame on port %u (the core's mbuf pool is exhausted, %u "
+                         "free), frame dropped (%u so far on this core)",
+                         conf_.port, rte_mempool_avail_count(conf_.pool), stats_.tx_no_mbuf);
       return {};
     }
   }

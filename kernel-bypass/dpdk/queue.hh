@@ -6,7 +6,9 @@
 // (the stack copies what it keeps). With RX checksum offload the mbuf's RTE_MBUF_F_RX_L4_CKSUM_* verdict is
 // passed up (GOOD: no software check; BAD: dropped by TCP). Chained (multi-segment) mbufs are dropped and
 // counted: with a 1500-byte MTU and 2 KiB data rooms they do not occur.
-// TX: frame_begin() hands out the data room of a fresh mbuf from this core's mempool (no malloc); frame_send()
+// TX: frame_begin() hands out the data room of a fresh mbuf from this core's mempool (no malloc; when the pool
+// is exhausted the frame is dropped — TCP retransmits it — counted in tx_no_mbuf and logged at crit at most once
+// per second per core); frame_send()
 // appends it to a burst of up to kBurst frames, sent with rte_eth_tx_burst when the burst is full and by
 // flush(), which the core's poller calls at the start and the end of every loop iteration (the loop busy-polls
 // in DPDK mode, so a frame waits at most one iteration; timers and resumed requests run between two polls).
@@ -39,6 +41,7 @@
 #include <memory>
 #include <span>
 
+#include "core/base/log.hh"
 #include "kernel-bypass/tcpip/interface.hh"
 #include "kernel-bypass/tcpip/packet_io.hh"
 
@@ -159,6 +162,7 @@ class Queue final : public tcpip::PacketIO {
   std::unique_ptr<rte_mbuf*[]> backlog_;
   uint32_t backlog_head_ = 0, backlog_count_ = 0;
   QueueStats stats_;
+  base::LogRateLimiter no_mbuf_log_{1000};  // "no mbuf for a TX frame": one line per second
 };
 
 }  // namespace kosoku::dpdk

@@ -250,6 +250,12 @@ void TcpStack::on_listen_segment(Listener& l, const FourTuple& t, const TcpSegme
   }
   if (l.half_open >= l.backlog) {
     ++stats_.syn_backlog_full;
+    // Linux's "Possible SYN flooding on port N" (tcp_syn_flood_action), at most once per second per core.
+    KOSOKU_LOG_LIMITED(syn_backlog_log_, now_ms(), kWarn,
+                       "possible SYN flooding on port %u: %u half-open connections fill its backlog, %s (%u such "
+                       "SYNs so far on this core)",
+                       t.local_port, l.half_open, conf_.syn_cookies ? "sending SYN cookies" : "SYN dropped",
+                       stats_.syn_backlog_full);
     if (!conf_.syn_cookies) return;
     // SYN cookie (RFC 4987 §3.6): no state; the ISN encodes the MSS and a MAC of the 4-tuple and time.
     uint16_t mss = seg.options.has_mss ? seg.options.mss : 536;

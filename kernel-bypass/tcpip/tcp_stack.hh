@@ -302,6 +302,7 @@ class TcpStack final : public net::Stack, public L4Handler {
   const FlowOwner* flow_owner_ = nullptr;
   config::ListenSocket empty_socket_;
   base::LogRateLimiter max_streams_log_{1000};
+  base::LogRateLimiter syn_backlog_log_{1000};
   // TX backpressure: the link asked for room, the reserve (frames), and the FIFO of waiting TCBs (intrusive:
   // Tcb::tx_wait_prev_/tx_wait_next_).
   const PacketIO* tx_link_ = nullptr;

@@ -22,7 +22,8 @@ pytestmark = pytest.mark.skipif(sut.SUT != "kosoku", reason="kosoku-only engine 
 
 
 class Kosoku:
-    def __init__(self, tmp: Path, main: str = "", http: str = "", server: str = "", workers: int = 2):
+    def __init__(self, tmp: Path, main: str = "", http: str = "", server: str = "", workers: int = 2,
+                 worker_connections: int = 1024):
         self.dir = tmp
         self.port = sut.free_port()
         self.www = tmp / "www"
@@ -33,7 +34,7 @@ class Kosoku:
 worker_processes {workers};
 error_log {tmp}/error.log info;
 {main}
-events {{ worker_connections 1024; }}
+events {{ worker_connections {worker_connections}; }}
 http {{
     types {{ text/html html; text/plain txt; application/octet-stream bin; }}
     {http or "access_log off;"}
@@ -47,9 +48,10 @@ http {{
 """)
         self.proc = None
 
-    def start(self):
+    def start(self, preexec_fn=None):
+        """preexec_fn: run in the child before kosoku (e.g. resource.setrlimit)."""
         self.proc = subprocess.Popen([sut.kosoku_bin(), "-c", str(self.conf)], stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE)
+                                     stderr=subprocess.PIPE, preexec_fn=preexec_fn)
         deadline = time.monotonic() + 10 * sut.SLOWDOWN
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

@@ -276,7 +276,7 @@ def test_kernel_sigterm_mid_transfer_drains_byte_exact(tmp):
 @pytest.mark.skipif(sut.SUT != "kosoku" or bool(os.environ.get("KOSOKU_SANITIZED")),
                     reason="kosoku's RSS (a sanitizer's quarantine keeps freed memory resident)")
 def test_kernel_idle_keepalive_connections_hold_no_file_buffer(tmp):
-    """After a response the connection's static state stays (keep-alive), but not its read buffer: a 512 KiB - 1
+    """After a response the connection keeps neither its static state nor its read buffer: a 512 KiB - 1
     file ends with a 256 KiB - 1 read into a 256 KiB buffer, which each idle connection used to keep (~276 KiB
     of RSS per idle connection measured; ~17 KiB with the buffer given back)."""
     k = Kosoku(tmp, workers=1)

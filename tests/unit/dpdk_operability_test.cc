@@ -364,6 +364,36 @@ TEST(TcpMaxStreams, DroppedSynsAreCountedAndLoggedOncePerSecond) {
   log.set_level(saved);
 }
 
+// SYNs that find the listen backlog full of half-open connections: counted, answered with cookies, and one warning
+// per second per core (Linux's "Possible SYN flooding on port N"), with the suppressed count after it.
+TEST(TcpSynBacklog, FullBacklogIsCountedAndLoggedOncePerSecond) {
+  Link link;
+  Sink sink;
+  ASSERT_EQ(link.tcp(1).listen_port(kPort, 1, sink), 0);
+  base::ErrorLog& log = base::ErrorLog::global();
+  base::LogLevel saved = log.level();
+  log.set_level(base::LogLevel::kWarn);
+  inject_syn(link, 43000, 1000);  // half-open: fills the backlog of one
+  uint64_t before = log.lines();
+  for (uint16_t p = 1; p <= 3; ++p) inject_syn(link, static_cast<uint16_t>(43000 + p), 2000 + p);
+  EXPECT_EQ(link.tcp(1).stats().syn_backlog_full, 3u);
+  EXPECT_EQ(link.tcp(1).stats().syn_cookies_sent, 3u);
+  ASSERT_EQ(log.lines(), before + 1) << "one warning per second per core";
+  std::string line = log.recent(1).back();
+  EXPECT_NE(line.find("[warn]"), std::string::npos) << line;
+  EXPECT_NE(line.find("possible SYN flooding on port 8080: 1 half-open connections fill its backlog, sending SYN "
+                      "cookies (1 such SYNs so far on this core)"),
+            std::string::npos)
+      << line;
+  link.clock().ms += 1000;
+  inject_syn(link, 43010, 3000);
+  ASSERT_EQ(log.lines(), before + 2);
+  line = log.recent(1).back();
+  EXPECT_NE(line.find("(4 such SYNs so far on this core), 2 similar messages suppressed"), std::string::npos)
+      << line;
+  log.set_level(saved);
+}
+
 TEST(TcpResetAll, ConnectionsLeftOpenGetARst) {
   Link link;
   Sink sink;

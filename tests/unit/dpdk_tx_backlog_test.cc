@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/base/log.hh"
 #include "core/config/conf.hh"
 #include "core/reactor/reactor.hh"
 #include "core/reactor/timer_wheel.hh"
@@ -76,6 +77,38 @@ std::vector<uint32_t> range(uint32_t from, uint32_t to) {
   std::vector<uint32_t> v;
   for (uint32_t i = from; i < to; ++i) v.push_back(i);
   return v;
+}
+
+// The core's mbuf pool exhausted (every mbuf held elsewhere): frame_begin hands out nothing, each refused frame
+// is counted, one crit line per second says so, and frames go again once mbufs come back. No wait, no crash.
+TEST(DpdkTxBacklog, ExhaustedMbufPoolDropsFramesCountsThemAndLogsOncePerSecond) {
+  NetRingPort p(64);
+  ASSERT_TRUE(p.started) << p.error;
+  base::ErrorLog& log = base::ErrorLog::global();
+  const base::LogLevel saved = log.level();
+  log.set_level(base::LogLevel::kWarn);
+  {
+    Queue q(p.queue_config(0));
+    std::vector<rte_mbuf*> held;
+    while (rte_mbuf* m = rte_pktmbuf_alloc(p.pool)) held.push_back(m);
+    ASSERT_EQ(p.free_mbufs(), 0u);
+    const uint64_t before = log.lines();
+    for (int i = 0; i < 100; ++i) EXPECT_TRUE(q.frame_begin(64).empty());
+    EXPECT_EQ(q.stats().tx_no_mbuf, 100u);
+    ASSERT_EQ(log.lines(), before + 1) << "one line per second per core";
+    const std::string line = log.recent(1).back();
+    EXPECT_NE(line.find("[crit]"), std::string::npos) << line;
+    EXPECT_NE(line.find("no mbuf for a TX frame on port"), std::string::npos) << line;
+    EXPECT_NE(line.find("frame dropped (1 so far on this core)"), std::string::npos) << line;
+    for (rte_mbuf* m : held) rte_pktmbuf_free(m);
+    send_indexed(q, 0, 10);
+    q.flush();
+    std::vector<uint32_t> wire;
+    take(p.tx, 64, &wire);
+    EXPECT_EQ(wire, range(0, 10));
+    EXPECT_EQ(q.stats().tx_no_mbuf, 100u);
+  }
+  log.set_level(saved);
 }
 
 // 200 frames into a 64-slot ring with a backlog of 100: 64 go, the next 100 wait, the last 36 are dropped

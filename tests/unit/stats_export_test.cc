@@ -201,7 +201,7 @@ TEST(StatsExport, TextStartsWithStubStatusAndIsExact) {
       " 16 15 32 \n"
       "Reading: 1 Writing: 2 Waiting: 2 \n"
       "version ", KOSOKU_VERSION, " uptime_s 1010 cores 2\n"
-      "connections rejected 1\n"
+      "connections rejected 1 accept_failed 0\n"
       "bytes in 1500 out 27000\n"
       "responses 1xx 1 2xx 24 3xx 3 4xx 2 5xx 1 other 1\n"
       "open_file_cache hits 6 misses 3 entries 3\n"
