@@ -104,10 +104,10 @@ class BodySink {
 class ContentState {
  public:
   virtual ~ContentState() = default;
-  /// The connection went idle after this state's response (keep-alive, nothing pipelined): drop what only a
-  /// request needs (buffers, open files), so an idle connection holds as little as possible. Return true if
-  /// nothing of the state is in flight any more and the exchange may free it now (the handler makes a new one
-  /// for the next request); false keeps it. Default: keep it, as it is.
+  /// The connection went idle after this state's response (keep-alive, nothing pipelined), after
+  /// on_response_complete(): return true if nothing of the state is in flight any more and the exchange may
+  /// free it now (the handler makes a new one for the next request), so an idle connection holds as little
+  /// memory as possible; false keeps it. Default: keep it, as it is.
   virtual bool on_idle() { return false; }
   /// The client went away while this state had work in flight. The state must stop producing output and
   /// call Exchange::release() once no I/O of its own is in flight (possibly right away).
@@ -120,8 +120,9 @@ class ContentState {
   virtual bool abort_on_peer_close() const { return false; }
   /// The response is complete (Exchange::finish ran): everything it needed is in the stream, which keeps
   /// by-reference bytes alive itself. The state lets go of what only this response needed — open files,
-  /// read buffers — so an idle keep-alive connection holds no descriptor but its socket. Called inside
-  /// finish(), before the connection's next request can start; the state must produce no more output.
+  /// read buffers — as nginx closes a request's file when the request ends, pipelined request behind it or
+  /// not: an idle keep-alive connection holds no descriptor but its socket. Called inside finish(), before
+  /// the connection's next request can start; the state must produce no more output.
   virtual void on_response_complete() {}
 };
 
