@@ -124,9 +124,9 @@ void HttpConnection::start_request(std::span<const char> in, size_t head_len) {
   rb(req_.host);
   rb(req_.host_name);
   rb(req_.host_port);
-  for (size_t i = 0; i < req_.field_count; ++i) {
-    rb(fields_[i].name);
-    rb(fields_[i].value);
+  for (HeaderField& f : req_.headers()) {
+    rb(f.name);
+    rb(f.value);
   }
   stream_->consume(head_len);
   head_bytes_ = head_len;
@@ -263,6 +263,7 @@ void HttpConnection::finish() {
   body_sink_ = nullptr;
   core_.stats->count_response(status_);
   log_request();
+  req_.release_fields();  // the heap storage of a head with many field lines goes now, not with the connection
   if (stream_ == nullptr) return;
   if (!keep_alive_) {
     // close() sends what is pending (no flush first: the stream can then send the last bytes with the FIN).

@@ -32,11 +32,13 @@ class HttpConnection final : public net::StreamHandler,
                              public reactor::Task,
                              public HttpServer::Node {
  public:
-  static constexpr size_t kMaxFields = 100;  // field lines per request head (Request::fields)
+  /// Field lines per request head kept in the connection (Request::fields); a head with more of them (up to
+  /// max_headers and the bytes set_limits allows) is stored on the heap until the request ends.
+  static constexpr size_t kFixedFields = 100;
 
   HttpConnection(HttpServer& srv, net::Stream& s, const config::ListenSocket& ls)
       : srv_(srv), core_(srv.core()), stream_(&s), listen_(ls) {
-    req_.fields = std::span<HeaderField>(fields_, kMaxFields);
+    req_.fields = std::span<HeaderField>(fields_, kFixedFields);
     server_port_ = s.local_port();
     id_ = ++srv.connection_counter;
     const config::ServerConf& def = *ls.default_server;
@@ -200,10 +202,16 @@ class HttpConnection final : public net::StreamHandler,
  private:
   enum class State { kIdle, kReadingHead, kBusy, kDiscardBody, kClosing };
 
+  /// nginx's header buffers: a line may be as long as one large buffer unless it ends within the first buffer
+  /// (client_header_buffer_size), and the head fills at most the first buffer and all the large ones; and at
+  /// most max_headers field lines.
   void set_limits(const config::ServerConf& s) {
+    limits_.max_fields = s.max_headers;
+    limits_.initial_buffer = s.client_header_buffer_size;
     limits_.max_request_line = s.large_client_header_buffers_size;
     limits_.max_field_line = s.large_client_header_buffers_size;
-    limits_.max_header_section = s.large_client_header_buffers_size * s.large_client_header_buffers_num;
+    limits_.max_header_section =
+        s.client_header_buffer_size + s.large_client_header_buffers_size * s.large_client_header_buffers_num;
   }
   void set_stat(uint64_t* which) {
     if (state_stat_ != nullptr) --*state_stat_;
@@ -283,7 +291,7 @@ class HttpConnection final : public net::StreamHandler,
   size_t last_len_ = 0;
 
   // Current request.
-  HeaderField fields_[kMaxFields];
+  HeaderField fields_[kFixedFields];
   Request req_;
   std::string head_buf_;
   std::string uri_;

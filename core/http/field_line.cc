@@ -2,6 +2,8 @@
 #include "core/http/field_line.hh"
 
 #include <limits>
+#include <span>
+#include <vector>
 
 #include "core/http/chars.hh"
 
@@ -15,6 +17,15 @@ std::string_view field_line_reason(FieldLineError e, std::string_view leading_wh
     case FieldLineError::kInvalidValue: return "invalid character in header field value";
   }
   return {};
+}
+
+void grow_field_store(std::span<HeaderField>& store, std::vector<HeaderField>& spill, size_t max) {
+  size_t n = store.size() * 2;
+  if (n < 64) n = 64;
+  if (n > max) n = max;
+  if (store.data() != spill.data()) spill.assign(store.begin(), store.end());
+  spill.resize(n);
+  store = spill;
 }
 
 std::string_view merge_content_length(std::string_view value, std::optional<uint64_t>& length) {

@@ -12,6 +12,7 @@
 #include <optional>
 #include <span>
 #include <string_view>
+#include <vector>
 
 #include "core/http/chars.hh"
 #include "core/http/parser.hh"
@@ -57,6 +58,12 @@ inline FieldLineError append_field_line(std::string_view line, std::span<HeaderF
   ++count;
   return FieldLineError::kNone;
 }
+
+/// Makes room for one more field line when a head's lines fill `store` (the caller's array, or `spill` once
+/// they outgrew it): copies them into `spill` the first time, grows it (doubling, never past `max` lines) and
+/// points `store` at it. The caller checked store.size() < max. Out of line: only heads with more lines than
+/// the caller's array take it (see "Field storage" in parser.hh).
+void grow_field_store(std::span<HeaderField>& store, std::vector<HeaderField>& spill, size_t max);
 
 /// Merges one Content-Length field value — a list of 1*DIGIT members, all equal (RFC 9110 §8.6) — into
 /// `length` (set by earlier lines, or empty). Returns "" on success, else the reason: "invalid Content-Length",

@@ -37,14 +37,18 @@ struct Line {
   size_t next = 0;        // index of the first byte after the LF
 };
 
-/// Finds the line starting at `start`, looking at most max_content + 2 bytes ahead.
-Line find_line(std::string_view buf, size_t start, size_t max_content) {
+/// Finds the line starting at `start`, looking at most max_content + 2 bytes ahead, or up to `initial` (a line
+/// that ends within the first `initial` bytes of the head is never too long: ParserLimits::initial_buffer).
+Line find_line(std::string_view buf, size_t start, size_t max_content, size_t initial) {
   Line l;
   const size_t avail = buf.size() - start;
-  const size_t window = avail < max_content + 2 ? avail : max_content + 2;
+  size_t window = max_content + 2;
+  if (start < initial && initial - start > window) window = initial - start;
+  if (avail < window) window = avail;
   const void* lf = window ? std::memchr(buf.data() + start, '\n', window) : nullptr;
   if (lf == nullptr) {
-    l.too_long = window > 0 && tail_exceeds(window, buf[start + window - 1], max_content);
+    // Without an LF in [start, initial) the line can no longer end within the first buffer.
+    l.too_long = window > 0 && start + window >= initial && tail_exceeds(window, buf[start + window - 1], max_content);
     return l;
   }
   const size_t q = static_cast<size_t>(static_cast<const char*>(lf) - buf.data());
@@ -55,7 +59,7 @@ Line find_line(std::string_view buf, size_t start, size_t max_content) {
     l.end = q - 1;
     l.crlf = true;
   }
-  l.too_long = l.end - start > max_content;
+  l.too_long = l.end - start > max_content && l.next > initial;
   return l;
 }
 
@@ -76,6 +80,7 @@ bool may_have_head_end(std::string_view buf, size_t from) {
 ParseResult check_incomplete(std::string_view buf, const ParserLimits& lim) {
   const size_t n = buf.size();
   if (n > lim.max_header_section) return fail(431, "request header section too large");
+  if (n <= lim.initial_buffer) return partial();  // every line so far may still end within the first buffer
   const size_t max_line = lim.max_request_line > lim.max_field_line ? lim.max_request_line : lim.max_field_line;
   const size_t window = n < max_line + 2 ? n : max_line + 2;
   const void* lf = ::memrchr(buf.data() + n - window, '\n', window);
@@ -368,7 +373,7 @@ ParseResult parse_request(std::string_view buf, Request& out, const ParserLimits
   }
 
   // Request-line.
-  const Line rl = find_line(buf, p, lim.max_request_line);
+  const Line rl = find_line(buf, p, lim.max_request_line, lim.initial_buffer);
   if (rl.too_long) return fail(414, "request line too long");
   if (!rl.found) return n > lim.max_header_section ? fail(431, "request header section too large") : partial();
   if (!rl.crlf && !lim.allow_bare_lf) return fail(400, "bare LF");
@@ -377,12 +382,13 @@ ParseResult parse_request(std::string_view buf, Request& out, const ParserLimits
   p = rl.next;
 
   // Field lines.
-  const size_t max_fields = lim.max_fields < out.fields.size() ? lim.max_fields : out.fields.size();
+  const size_t max_fields = lim.max_fields < kMaxFieldLines ? lim.max_fields : kMaxFieldLines;
+  std::span<HeaderField> store = out.fields;  // then out.spilled_fields once the lines outgrow it
   bool host_seen = false;
   std::string_view host_value;
   TransferCodings te;
   for (;;) {
-    const Line fl = find_line(buf, p, lim.max_field_line);
+    const Line fl = find_line(buf, p, lim.max_field_line, lim.initial_buffer);
     if (fl.too_long) return fail(431, "request header field too large");
     if (!fl.found) return n > lim.max_header_section ? fail(431, "request header section too large") : partial();
     if (fl.next > lim.max_header_section) return fail(431, "request header section too large");
@@ -391,13 +397,14 @@ ParseResult parse_request(std::string_view buf, Request& out, const ParserLimits
       p = fl.next;
       break;  // the empty line ending the head
     }
-    if (out.field_count >= max_fields) return fail(431, "too many request header fields");
+    if (out.field_count >= max_fields) return fail(431, "too many header lines");
+    if (out.field_count == store.size()) grow_field_store(store, out.spilled_fields, max_fields);
     const std::string_view line = buf.substr(p, fl.end - p);
-    const FieldLineError fe = append_field_line(line, out.fields, out.field_count, out.first_field);
+    const FieldLineError fe = append_field_line(line, store, out.field_count, out.first_field);
     if (fe != FieldLineError::kNone) {
       return fail(400, field_line_reason(fe, "obsolete line folding or whitespace before field"));
     }
-    const HeaderField& f = out.fields[out.field_count - 1];
+    const HeaderField& f = store[out.field_count - 1];
     switch (f.token) {
       case HeaderToken::kHost:
         if (host_seen) return fail(400, "multiple Host header fields");

@@ -17,7 +17,7 @@ namespace kosoku::proxy {
 
 namespace {
 
-constexpr size_t kMaxFields = 100;
+constexpr size_t kFixedFields = 100;  // response field lines held in place; more go to the heap (FieldLines)
 // Request body bytes held before the upstream takes them: kept whole for a retry (proxy_next_upstream) and
 // for choosing Content-Length over chunked for a chunked request body.
 constexpr size_t kReplayLimit = 64 * 1024;
@@ -38,7 +38,7 @@ class ProxyState final : public http::ContentState,
                          public reactor::Task {
  public:
   ProxyState(ProxyModule& m, http::Exchange& ex) : mod_(m), ex_(ex) {
-    resp_.fields = std::span<http::HeaderField>(fields_, kMaxFields);
+    resp_.fields = std::span<http::HeaderField>(fields_, kFixedFields);
   }
   ~ProxyState() override {
     if (up_ != nullptr) up_->close();
@@ -170,7 +170,7 @@ class ProxyState final : public http::ContentState,
   bool got_bytes_ = false;      // this attempt received response bytes
 
   // Response.
-  http::HeaderField fields_[kMaxFields];
+  http::HeaderField fields_[kFixedFields];
   http::ParsedResponse resp_;
   std::string resp_head_;
   size_t last_len_ = 0;
@@ -564,9 +564,9 @@ void ProxyState::read_head() {
       v = v.empty() ? std::string_view() : std::string_view(resp_head_.data() + (v.data() - from), v.size());
     };
     rebase(resp_.reason);
-    for (size_t i = 0; i < resp_.field_count; ++i) {
-      rebase(fields_[i].name);
-      rebase(fields_[i].value);
+    for (http::HeaderField& f : resp_.headers()) {
+      rebase(f.name);
+      rebase(f.value);
     }
     s.consume(r.consumed);
     last_len_ = 0;
@@ -615,6 +615,7 @@ void ProxyState::on_response_head() {
   ex_.send_head();
   queued(before);
   head_sent_ = true;
+  resp_.release_fields();  // the head's lines were copied into the client's response: no heap storage kept
   if (resp_.framing == http::ResponseFraming::kNone ||
       (resp_.framing == http::ResponseFraming::kContentLength && remaining_ == 0)) {
     if (!up_->stream().input().empty()) extra_ = true;
