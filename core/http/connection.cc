@@ -135,6 +135,9 @@ void HttpConnection::start_request(std::span<const char> in, size_t head_len) {
   ++requests_;
   state_ = State::kBusy;
   set_stat(&core_.stats->conn_writing);
+  // The head is in: client_header_timeout is over (nginx deletes the read timer here). While the request is
+  // served the timer runs only for client_body_timeout and send_timeout, armed where they apply.
+  arm(0);
   start_ms_ = core_.reactor->now_ms();
   head_ = ResponseHead{};
   head_only_ = req_.method == Method::kHead;

@@ -174,6 +174,8 @@ class ProxyState final : public http::ContentState,
   http::ParsedResponse resp_;
   std::string resp_head_;
   size_t last_len_ = 0;
+  uint64_t head_deadline_ms_ = 0;  // when proxy_read_timeout ends for the response head (0: request not out yet)
+  size_t interim_bytes_ = 0;       // bytes of the 1xx heads before the final one (≤ proxy_buffer_size)
   uint64_t remaining_ = 0;      // Content-Length bytes still to come
   std::optional<http::ChunkedDecoder> chunked_;
   bool upstream_eof_ = false;
@@ -275,6 +277,8 @@ void ProxyState::connect_next() {
   up_paused_ = false;
   extra_ = false;
   last_len_ = 0;
+  head_deadline_ms_ = 0;
+  interim_bytes_ = 0;
   if (up_->connected()) {
     if (http::UpstreamTry* t = current_try()) t->connect_ms = 0;  // a cached keepalive connection
     phase_ = Phase::kWaitingHead;
@@ -338,15 +342,22 @@ void ProxyState::write_terminator() {
 }
 
 // proxy_send_timeout while the upstream has request bytes unsent; proxy_read_timeout once the request is
-// out; nothing while waiting for the client's body (client_body_timeout covers that).
+// out; nothing while waiting for the client's body (client_body_timeout covers that). The read timeout runs
+// from the moment the request is out to the end of the final response head, as nginx's (it arms the read
+// timer once when the request is sent and not again while the head comes in): bytes of a head arriving in
+// pieces or 1xx responses before it do not restart it, so an origin cannot hold the request with them.
 void ProxyState::arm_upstream_timer() {
   if (up_ == nullptr || phase_ != Phase::kWaitingHead) return;
   net::Stream& s = up_->stream();
   if (s.pending_output() > 0) {
     s.set_low_water(body_paused_ ? kBodyHighWater / 2 : 0);
     up_->arm_timer(conf_->send_timeout_ms);
+  } else if (request_complete() && conf_->read_timeout_ms == 0) {
+    up_->arm_timer(0);
   } else if (request_complete()) {
-    up_->arm_timer(conf_->read_timeout_ms);
+    const uint64_t now = mod_.reactor().now_ms();
+    if (head_deadline_ms_ == 0) head_deadline_ms_ = now + conf_->read_timeout_ms;
+    up_->arm_timer(head_deadline_ms_ > now ? head_deadline_ms_ - now : 1);
   } else {
     up_->arm_timer(0);
   }
@@ -539,12 +550,22 @@ void ProxyState::read_head() {
       last_len_ = in.size();
       break;
     }
-    if (r.status == http::ParseStatus::kError || resp_.status == 101) {
+    std::string_view invalid;  // why the head is refused, or empty
+    if (r.status == http::ParseStatus::kError) {
+      invalid = r.reason;
+    } else if (resp_.status == 101) {
+      invalid = "unexpected 101";
+    } else if (resp_.interim()) {
+      // 100 Continue and other 1xx: not passed on (nginx 1.22 takes a 1xx for the final head). Together they get
+      // one proxy_buffer_size, as much as the final head: at most ~290 of them with the default 4k, so a stream
+      // of 1xx responses ends in a 502 like a head that never ends.
+      interim_bytes_ += r.consumed;
+      if (interim_bytes_ > conf_->buffer_size) invalid = kTooBigHeader;
+    }
+    if (!invalid.empty()) {
       // A head that does not fit in proxy_buffer_size is nginx's "upstream sent too big header" (then 502).
-      const bool too_big = r.status == http::ParseStatus::kError && r.reason == kTooBigHeader;
       KOSOKU_LOG(kError, "%s%s while reading response header from upstream%s",
-                 too_big ? "" : "upstream sent invalid header: ",
-                 r.status == http::ParseStatus::kError ? r.reason : std::string_view("unexpected 101"), context());
+                 invalid == kTooBigHeader ? "" : "upstream sent invalid header: ", invalid, context());
       if (retry_allowed(kNextInvalidHeader)) {
         retry(kNextInvalidHeader, PeerResult::kFailed);
       } else {
@@ -552,7 +573,7 @@ void ProxyState::read_head() {
       }
       return;
     }
-    if (resp_.interim()) {  // 100 Continue and other 1xx: not passed on (nginx)
+    if (resp_.interim()) {
       s.consume(r.consumed);
       last_len_ = 0;
       continue;
