@@ -59,11 +59,11 @@ inline FieldLineError append_field_line(std::string_view line, std::span<HeaderF
   return FieldLineError::kNone;
 }
 
-/// Makes room for one more field line when a head's lines fill `store` (the caller's array, or `spill` once
-/// they outgrew it): copies them into `spill` the first time, grows it (doubling, never past `max` lines) and
-/// points `store` at it. The caller checked store.size() < max. Out of line: only heads with more lines than
-/// the caller's array take it (see "Field storage" in parser.hh).
-void grow_field_store(std::span<HeaderField>& store, std::vector<HeaderField>& spill, size_t max);
+/// append_field_line for a head whose lines fill the caller's array (out.field_count >= out.fields.size()):
+/// the first time copies them into out.spilled_fields, grows that as needed (doubling, never past `max`
+/// lines) and appends there. The caller checked out.field_count < max. Out of line: only heads with more lines
+/// than the caller's array take it (see "Field storage" in parser.hh).
+FieldLineError append_spilled_field_line(std::string_view line, FieldLines& out, size_t max);
 
 /// Merges one Content-Length field value — a list of 1*DIGIT members, all equal (RFC 9110 §8.6) — into
 /// `length` (set by earlier lines, or empty). Returns "" on success, else the reason: "invalid Content-Length",

@@ -37,18 +37,14 @@ struct Line {
   size_t next = 0;        // index of the first byte after the LF
 };
 
-/// Finds the line starting at `start`, looking at most max_content + 2 bytes ahead, or up to `initial` (a line
-/// that ends within the first `initial` bytes of the head is never too long: ParserLimits::initial_buffer).
-Line find_line(std::string_view buf, size_t start, size_t max_content, size_t initial) {
+/// Finds the line starting at `start`, looking at most max_content + 2 bytes ahead.
+Line find_line(std::string_view buf, size_t start, size_t max_content) {
   Line l;
   const size_t avail = buf.size() - start;
-  size_t window = max_content + 2;
-  if (start < initial && initial - start > window) window = initial - start;
-  if (avail < window) window = avail;
+  const size_t window = avail < max_content + 2 ? avail : max_content + 2;
   const void* lf = window ? std::memchr(buf.data() + start, '\n', window) : nullptr;
   if (lf == nullptr) {
-    // Without an LF in [start, initial) the line can no longer end within the first buffer.
-    l.too_long = window > 0 && start + window >= initial && tail_exceeds(window, buf[start + window - 1], max_content);
+    l.too_long = window > 0 && tail_exceeds(window, buf[start + window - 1], max_content);
     return l;
   }
   const size_t q = static_cast<size_t>(static_cast<const char*>(lf) - buf.data());
@@ -59,7 +55,26 @@ Line find_line(std::string_view buf, size_t start, size_t max_content, size_t in
     l.end = q - 1;
     l.crlf = true;
   }
-  l.too_long = l.end - start > max_content && l.next > initial;
+  l.too_long = l.end - start > max_content;
+  return l;
+}
+
+/// The same for a line find_line found too long that starts within the first `initial` bytes of the head
+/// (ParserLimits::initial_buffer): it is not too long if it ends within them, so its end is looked for up to
+/// there. Off the common path: only long lines take it.
+[[gnu::noinline]] Line find_line_in_initial(std::string_view buf, size_t start, size_t max_content, size_t initial) {
+  const size_t avail = buf.size() - start;
+  const size_t window = avail < initial - start ? avail : initial - start;
+  const void* lf = std::memchr(buf.data() + start, '\n', window);
+  if (lf == nullptr) {
+    // No LF yet: too long once the bytes up to `initial` are in (the line then ends past them) and it is.
+    Line l = find_line(buf, start, max_content);
+    l.too_long = l.too_long && window == initial - start;
+    return l;
+  }
+  Line l = find_line(buf.substr(0, static_cast<size_t>(static_cast<const char*>(lf) - buf.data()) + 1), start,
+                     initial);
+  l.too_long = false;  // ends within the first buffer
   return l;
 }
 
@@ -373,7 +388,10 @@ ParseResult parse_request(std::string_view buf, Request& out, const ParserLimits
   }
 
   // Request-line.
-  const Line rl = find_line(buf, p, lim.max_request_line, lim.initial_buffer);
+  Line rl = find_line(buf, p, lim.max_request_line);
+  if (rl.too_long && p < lim.initial_buffer) {
+    rl = find_line_in_initial(buf, p, lim.max_request_line, lim.initial_buffer);
+  }
   if (rl.too_long) return fail(414, "request line too long");
   if (!rl.found) return n > lim.max_header_section ? fail(431, "request header section too large") : partial();
   if (!rl.crlf && !lim.allow_bare_lf) return fail(400, "bare LF");
@@ -383,12 +401,14 @@ ParseResult parse_request(std::string_view buf, Request& out, const ParserLimits
 
   // Field lines.
   const size_t max_fields = lim.max_fields < kMaxFieldLines ? lim.max_fields : kMaxFieldLines;
-  std::span<HeaderField> store = out.fields;  // then out.spilled_fields once the lines outgrow it
   bool host_seen = false;
   std::string_view host_value;
   TransferCodings te;
   for (;;) {
-    const Line fl = find_line(buf, p, lim.max_field_line, lim.initial_buffer);
+    Line fl = find_line(buf, p, lim.max_field_line);
+    if (fl.too_long && p < lim.initial_buffer) {
+      fl = find_line_in_initial(buf, p, lim.max_field_line, lim.initial_buffer);
+    }
     if (fl.too_long) return fail(431, "request header field too large");
     if (!fl.found) return n > lim.max_header_section ? fail(431, "request header section too large") : partial();
     if (fl.next > lim.max_header_section) return fail(431, "request header section too large");
@@ -398,13 +418,20 @@ ParseResult parse_request(std::string_view buf, Request& out, const ParserLimits
       break;  // the empty line ending the head
     }
     if (out.field_count >= max_fields) return fail(431, "too many header lines");
-    if (out.field_count == store.size()) grow_field_store(store, out.spilled_fields, max_fields);
     const std::string_view line = buf.substr(p, fl.end - p);
-    const FieldLineError fe = append_field_line(line, store, out.field_count, out.first_field);
+    FieldLineError fe;
+    const HeaderField* added;  // valid once fe is kNone
+    if (out.field_count < out.fields.size()) [[likely]] {
+      fe = append_field_line(line, out.fields, out.field_count, out.first_field);
+      added = &out.fields[out.field_count - 1];
+    } else {  // the lines outgrew the caller's array
+      fe = append_spilled_field_line(line, out, max_fields);
+      added = out.spilled_fields.data() + out.field_count - 1;
+    }
     if (fe != FieldLineError::kNone) {
       return fail(400, field_line_reason(fe, "obsolete line folding or whitespace before field"));
     }
-    const HeaderField& f = store[out.field_count - 1];
+    const HeaderField& f = *added;
     switch (f.token) {
       case HeaderToken::kHost:
         if (host_seen) return fail(400, "multiple Host header fields");

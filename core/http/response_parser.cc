@@ -119,7 +119,6 @@ ResponseParseResult parse_response_head(std::string_view buf, ParsedResponse& ou
   size_t p = sl.next;
 
   const size_t max_fields = lim.max_fields < kMaxFieldLines ? lim.max_fields : kMaxFieldLines;
-  std::span<HeaderField> store = out.fields;  // then out.spilled_fields once the lines outgrow it
   TransferCodings te;
   std::optional<uint64_t> content_length;
   for (;;) {
@@ -130,13 +129,20 @@ ResponseParseResult parse_response_head(std::string_view buf, ParsedResponse& ou
       break;
     }
     if (out.field_count >= max_fields) return fail("too many header fields in upstream response");
-    if (out.field_count == store.size()) grow_field_store(store, out.spilled_fields, max_fields);
     const std::string_view line = head.substr(p, fl.end - p);
-    const FieldLineError fe = append_field_line(line, store, out.field_count, out.first_field);
+    FieldLineError fe;
+    const HeaderField* added;  // valid once fe is kNone
+    if (out.field_count < out.fields.size()) [[likely]] {
+      fe = append_field_line(line, out.fields, out.field_count, out.first_field);
+      added = &out.fields[out.field_count - 1];
+    } else {  // the lines outgrew the caller's array
+      fe = append_spilled_field_line(line, out, max_fields);
+      added = out.spilled_fields.data() + out.field_count - 1;
+    }
     if (fe != FieldLineError::kNone) {
       return fail(field_line_reason(fe, "obsolete line folding in upstream response"));
     }
-    const HeaderField& f = store[out.field_count - 1];
+    const HeaderField& f = *added;
     switch (f.token) {
       case HeaderToken::kContentLength:
         if (std::string_view why = merge_content_length(f.value, content_length); !why.empty()) return fail(why);
