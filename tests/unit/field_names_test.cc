@@ -37,7 +37,9 @@ TEST(FieldNameSet, ManyNamesGiveTheSameAnswers) {
     // Everything added so far is in, the next one is not (checked around the switch and now and then).
     if (i < 20 || i % 997 == 0) {
       for (size_t k = 0; k <= i; ++k) ASSERT_TRUE(s.contains(names[k])) << i << " " << k;
-      if (i + 1 < names.size()) ASSERT_FALSE(s.contains(names[i + 1])) << i;
+      if (i + 1 < names.size()) {
+        ASSERT_FALSE(s.contains(names[i + 1])) << i;
+      }
     }
   }
   EXPECT_TRUE(s.contains("x-name-4999"));
