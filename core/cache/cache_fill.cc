@@ -35,7 +35,6 @@ bool parse_stored(int status, std::string_view lines, std::string& text, http::H
   out.fields = std::span<http::HeaderField>(fields, nfields);
   http::ResponseLimits lim;
   lim.max_head = text.size() + 1;
-  lim.max_fields = nfields;
   return http::parse_response_head(text, out, lim, false).status == http::ParseStatus::kComplete;
 }
 

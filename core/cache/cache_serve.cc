@@ -99,7 +99,6 @@ void CacheState::serve(CacheStatus status) {
   head_resp_.fields = std::span<http::HeaderField>(head_fields_, std::size(head_fields_));
   http::ResponseLimits lim;
   lim.max_head = head_text_.size() + 1;
-  lim.max_fields = std::size(head_fields_);
   if (http::parse_response_head(head_text_, head_resp_, lim, false).status != http::ParseStatus::kComplete) {
     KOSOKU_LOG(kCrit, "cache file \"%s\" has an invalid stored head", path_->path_of(hash_));
     phase_ = Phase::kDone;

@@ -57,7 +57,7 @@ bool FetchExchange::rebuild(const http::Request& c, const Options& opts) {
   lim.max_request_line = head_text_.size();
   lim.max_field_line = head_text_.size();
   lim.max_header_section = head_text_.size() + 1;
-  lim.max_fields = std::size(fields_);
+  lim.max_fields = http::kMaxFieldLines;  // the client's head passed its server's max_headers already
   http::ParseResult r = http::parse_request(head_text_, req_, lim);
   return r.status == http::ParseStatus::kComplete;
 }

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/http/chars.hh"
 #include "core/http/conditional.hh"
+#include "core/http/field_names.hh"
 #include "core/http/tokens.hh"
 
 namespace kosoku::cache {
@@ -93,17 +94,6 @@ void for_each_directive(std::string_view v, F&& f) {
   }
 }
 
-bool list_contains(std::string_view list, std::string_view name) {
-  while (!list.empty()) {
-    size_t comma = list.find(',');
-    std::string_view item = trim(list.substr(0, comma));
-    if (absl::EqualsIgnoreCase(item, name)) return true;
-    if (comma == std::string_view::npos) break;
-    list.remove_prefix(comma + 1);
-  }
-  return false;
-}
-
 // Appends the lower-cased members of a quoted field-name list to `out` (comma-separated).
 void append_names(std::string_view list, std::string& out) {
   while (!list.empty()) {
@@ -124,25 +114,20 @@ bool is_hop_by_hop(const HeaderField& f) {
   return (http::header_token_flags(t) & http::kTokenHopByHop) != 0;
 }
 
-// Whether a field must not be stored: hop-by-hop, listed in Connection, framing, Age, or in `strip`.
-bool excluded(const HeaderField& f, std::string_view connection_list, std::string_view strip) {
+// The names a stored head leaves out besides the fixed ones: those the Connection lines list and `strip`.
+http::FieldNameSet dropped_names(std::span<const HeaderField> fields, std::string_view strip) {
+  http::FieldNameSet dropped;
+  dropped.add_connection_options(fields);
+  dropped.add_list(strip);
+  return dropped;
+}
+
+// Whether a field must not be stored: hop-by-hop, framing, Age, or in `dropped` (dropped_names).
+bool excluded(const HeaderField& f, const http::FieldNameSet& dropped) {
   if (is_hop_by_hop(f)) return true;
   HeaderToken t = f.token != HeaderToken::kUnknown ? f.token : http::lookup_header_token(f.name);
   if (t == HeaderToken::kContentLength || t == HeaderToken::kTransferEncoding || t == HeaderToken::kAge) return true;
-  if (!connection_list.empty() && list_contains(connection_list, f.name)) return true;
-  if (!strip.empty() && list_contains(strip, f.name)) return true;
-  return false;
-}
-
-std::string connection_tokens(std::span<const HeaderField> fields) {
-  std::string out;
-  for (const HeaderField& f : fields) {
-    if (is(f, HeaderToken::kConnection)) {
-      if (!out.empty()) out.push_back(',');
-      out.append(f.value);
-    }
-  }
-  return out;
+  return !dropped.empty() && dropped.contains(f.name);
 }
 
 }  // namespace
@@ -374,28 +359,25 @@ bool validators_match_304(std::span<const HeaderField> fields, std::string_view 
 }
 
 void stored_head_lines(std::span<const HeaderField> fields, std::string_view strip, std::string& out) {
-  std::string conn = connection_tokens(fields);
+  const http::FieldNameSet dropped = dropped_names(fields, strip);
   for (const HeaderField& f : fields) {
-    if (excluded(f, conn, strip)) continue;
+    if (excluded(f, dropped)) continue;
     absl::StrAppend(&out, f.name, ": ", f.value, "\r\n");
   }
 }
 
 std::string merge_304(std::string_view stored, std::span<const HeaderField> fields, std::string_view strip) {
-  std::string conn = connection_tokens(fields);
+  const http::FieldNameSet dropped = dropped_names(fields, strip);
   std::vector<const HeaderField*> updates;
+  http::FieldNameSet updated;  // the names the 304 replaces
   for (const HeaderField& f : fields) {
-    if (!excluded(f, conn, strip)) updates.push_back(&f);
+    if (excluded(f, dropped)) continue;
+    updates.push_back(&f);
+    updated.add(f.name);
   }
-  auto updated = [&](std::string_view name) {
-    for (const HeaderField* u : updates) {
-      if (absl::EqualsIgnoreCase(u->name, name)) return true;
-    }
-    return false;
-  };
   std::string out;
   for_each_stored_line(stored, [&](std::string_view name, std::string_view value) {
-    if (!updated(name)) absl::StrAppend(&out, name, ": ", value, "\r\n");
+    if (!updated.contains(name)) absl::StrAppend(&out, name, ": ", value, "\r\n");
   });
   for (const HeaderField* u : updates) absl::StrAppend(&out, u->name, ": ", u->value, "\r\n");
   return out;

@@ -190,6 +190,7 @@ struct ServerConf {
   uint64_t client_header_buffer_size = 1024;
   uint32_t large_client_header_buffers_num = 4;
   uint64_t large_client_header_buffers_size = 8192;
+  uint32_t max_headers = 1000;                // request header lines (nginx ≥ 1.29.8 `max_headers`)
   LocationConf base;                          // server-level settings; match == kNone
   std::vector<LocationConf> locations;        // top-level locations, in file order
   LocationIndex location_index;               // over `locations` (built by the loader)

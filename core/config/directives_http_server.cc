@@ -305,6 +305,9 @@ constexpr DirectiveSpec kHttpServerDirectives[] = {
            c.large_client_header_buffers_size = p.large_client_header_buffers_size;
          },
      .default_value = "4 8k"},
+    {.name = "max_headers", .contexts = kCtxHttp | kCtxServer, .args = kTake1,
+     .set = set_number<&ServerConf::max_headers, 0>, .merge_srv = inherit<&ServerConf::max_headers>,
+     .default_value = "1000"},
 };
 
 }  // namespace

@@ -145,9 +145,9 @@ void HttpConnection::start_request(std::span<const char> in, size_t head_len) {
   rb(req_.host);
   rb(req_.host_name);
   rb(req_.host_port);
-  for (size_t i = 0; i < req_.field_count; ++i) {
-    rb(fields_[i].name);
-    rb(fields_[i].value);
+  for (HeaderField& f : req_.headers()) {
+    rb(f.name);
+    rb(f.value);
   }
   stream_->consume(head_len);
   head_bytes_ = head_len;
@@ -156,6 +156,9 @@ void HttpConnection::start_request(std::span<const char> in, size_t head_len) {
   ++requests_;
   state_ = State::kBusy;
   set_stat(&core_.stats->conn_writing);
+  // The head is in: client_header_timeout is over (nginx deletes the read timer here). While the request is
+  // served the timer runs only for client_body_timeout and send_timeout, armed where they apply.
+  arm(0);
   start_ms_ = core_.reactor->now_ms();
   head_ = ResponseHead{};
   head_only_ = req_.method == Method::kHead;
@@ -292,6 +295,7 @@ void HttpConnection::finish() {
   if (ContentState* st = state_slot_.get()) st->on_response_complete();
   core_.stats->count_response(status_);
   log_request();
+  req_.release_fields();  // the heap storage of a head with many field lines goes now, not with the connection
   if (stream_ == nullptr) return;
   if (!keep_alive_) {
     // close() sends what is pending (no flush first: the stream can then send the last bytes with the FIN).

@@ -44,7 +44,8 @@ class HttpServer final : public net::AcceptHandler {
   void begin_shutdown();
   bool shutting_down() const { return shutting_down_; }
 
-  /// Field lines per request head (Request::fields).
+  /// Field lines per request head held in the pooled table (Request::fields); a head with more (up to
+  /// max_headers and the byte limits) continues on the heap (Request::spilled_fields) until the request ends.
   static constexpr size_t kMaxFields = 100;
   /// The table a request head is parsed into (kMaxFields entries, 4 KB): a connection takes one when it starts
   /// reading a head and gives it back when it goes idle, so an idle keep-alive connection holds none. Up to

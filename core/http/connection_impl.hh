@@ -199,10 +199,16 @@ class HttpConnection final : public net::StreamHandler,
  private:
   enum class State { kIdle, kReadingHead, kBusy, kDiscardBody, kClosing };
 
+  /// nginx's header buffers: a line may be as long as one large buffer unless it ends within the first buffer
+  /// (client_header_buffer_size), and the head fills at most the first buffer and all the large ones; and at
+  /// most max_headers field lines.
   void set_limits(const config::ServerConf& s) {
+    limits_.max_fields = s.max_headers;
+    limits_.initial_buffer = s.client_header_buffer_size;
     limits_.max_request_line = s.large_client_header_buffers_size;
     limits_.max_field_line = s.large_client_header_buffers_size;
-    limits_.max_header_section = s.large_client_header_buffers_size * s.large_client_header_buffers_num;
+    limits_.max_header_section =
+        s.client_header_buffer_size + s.large_client_header_buffers_size * s.large_client_header_buffers_num;
   }
   void set_stat(uint64_t* which) {
     if (state_stat_ != nullptr) --*state_stat_;

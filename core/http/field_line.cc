@@ -2,6 +2,8 @@
 #include "core/http/field_line.hh"
 
 #include <limits>
+#include <span>
+#include <vector>
 
 #include "core/http/chars.hh"
 
@@ -15,6 +17,18 @@ std::string_view field_line_reason(FieldLineError e, std::string_view leading_wh
     case FieldLineError::kInvalidValue: return "invalid character in header field value";
   }
   return {};
+}
+
+FieldLineError append_spilled_field_line(std::string_view line, FieldLines& out, size_t max) {
+  std::vector<HeaderField>& spill = out.spilled_fields;
+  if (out.field_count == out.fields.size()) spill.assign(out.fields.begin(), out.fields.end());  // the first one
+  if (out.field_count == spill.size()) {
+    size_t n = out.field_count * 2;
+    if (n < 64) n = 64;
+    if (n > max) n = max;
+    spill.resize(n);
+  }
+  return append_field_line(line, spill, out.field_count, out.first_field);
 }
 
 std::string_view merge_content_length(std::string_view value, std::optional<uint64_t>& length) {

@@ -12,6 +12,7 @@
 #include <optional>
 #include <span>
 #include <string_view>
+#include <vector>
 
 #include "core/http/chars.hh"
 #include "core/http/parser.hh"
@@ -57,6 +58,12 @@ inline FieldLineError append_field_line(std::string_view line, std::span<HeaderF
   ++count;
   return FieldLineError::kNone;
 }
+
+/// append_field_line for a head whose lines fill the caller's array (out.field_count >= out.fields.size()):
+/// the first time copies them into out.spilled_fields, grows that as needed (doubling, never past `max`
+/// lines) and appends there. The caller checked out.field_count < max. Out of line: only heads with more lines
+/// than the caller's array take it (see "Field storage" in parser.hh).
+FieldLineError append_spilled_field_line(std::string_view line, FieldLines& out, size_t max);
 
 /// Merges one Content-Length field value — a list of 1*DIGIT members, all equal (RFC 9110 §8.6) — into
 /// `length` (set by earlier lines, or empty). Returns "" on success, else the reason: "invalid Content-Length",

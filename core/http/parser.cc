@@ -61,6 +61,25 @@ Line find_line(std::string_view buf, size_t start, size_t max_content) {
   return l;
 }
 
+/// The same for a line find_line found too long that starts within the first `initial` bytes of the head
+/// (ParserLimits::initial_buffer): it is not too long if it ends within them, so its end is looked for up to
+/// there. Off the common path: only long lines take it.
+[[gnu::noinline]] Line find_line_in_initial(std::string_view buf, size_t start, size_t max_content, size_t initial) {
+  const size_t avail = buf.size() - start;
+  const size_t window = avail < initial - start ? avail : initial - start;
+  const void* lf = std::memchr(buf.data() + start, '\n', window);
+  if (lf == nullptr) {
+    // No LF yet: too long once the bytes up to `initial` are in (the line then ends past them) and it is.
+    Line l = find_line(buf, start, max_content);
+    l.too_long = l.too_long && window == initial - start;
+    return l;
+  }
+  Line l = find_line(buf.substr(0, static_cast<size_t>(static_cast<const char*>(lf) - buf.data()) + 1), start,
+                     initial);
+  l.too_long = false;  // ends within the first buffer
+  return l;
+}
+
 /// True if `buf` may hold a complete head: an LF followed by LF or CRLF at or after `from`.
 bool may_have_head_end(std::string_view buf, size_t from) {
   const char* const end = buf.data() + buf.size();
@@ -78,6 +97,7 @@ bool may_have_head_end(std::string_view buf, size_t from) {
 ParseResult check_incomplete(std::string_view buf, const ParserLimits& lim) {
   const size_t n = buf.size();
   if (n > lim.max_header_section) return fail(431, "request header section too large");
+  if (n <= lim.initial_buffer) return partial();  // every line so far may still end within the first buffer
   const size_t max_line = lim.max_request_line > lim.max_field_line ? lim.max_request_line : lim.max_field_line;
   const size_t window = n < max_line + 2 ? n : max_line + 2;
   const void* lf = ::memrchr(buf.data() + n - window, '\n', window);
@@ -388,7 +408,10 @@ ParseResult parse_request(std::string_view buf, Request& out, const ParserLimits
   }
 
   // Request-line.
-  const Line rl = find_line(buf, p, lim.max_request_line);
+  Line rl = find_line(buf, p, lim.max_request_line);
+  if (rl.too_long && p < lim.initial_buffer) {
+    rl = find_line_in_initial(buf, p, lim.max_request_line, lim.initial_buffer);
+  }
   if (rl.too_long) return fail(414, "request line too long");
   if (!rl.found) return n > lim.max_header_section ? fail(431, "request header section too large") : partial();
   if (!rl.crlf && !lim.allow_bare_lf) return fail(400, "bare LF");
@@ -397,12 +420,15 @@ ParseResult parse_request(std::string_view buf, Request& out, const ParserLimits
   p = rl.next;
 
   // Field lines.
-  const size_t max_fields = lim.max_fields < out.fields.size() ? lim.max_fields : out.fields.size();
+  const size_t max_fields = lim.max_fields < kMaxFieldLines ? lim.max_fields : kMaxFieldLines;
   bool host_seen = false;
   std::string_view host_value;
   TransferCodings te;
   for (;;) {
-    const Line fl = find_line(buf, p, lim.max_field_line);
+    Line fl = find_line(buf, p, lim.max_field_line);
+    if (fl.too_long && p < lim.initial_buffer) {
+      fl = find_line_in_initial(buf, p, lim.max_field_line, lim.initial_buffer);
+    }
     if (fl.too_long) return fail(431, "request header field too large");
     if (!fl.found) return n > lim.max_header_section ? fail(431, "request header section too large") : partial();
     if (fl.next > lim.max_header_section) return fail(431, "request header section too large");
@@ -411,13 +437,22 @@ ParseResult parse_request(std::string_view buf, Request& out, const ParserLimits
       p = fl.next;
       break;  // the empty line ending the head
     }
-    if (out.field_count >= max_fields) return fail(431, "too many request header fields");
+    if (out.field_count >= max_fields) return fail(431, "too many header lines");
     const std::string_view line = buf.substr(p, fl.end - p);
-    const FieldLineError fe = append_field_line(line, out.fields, out.field_count, out.first_field);
+    const size_t at = out.field_count;  // the slot this line goes to
+    FieldLineError fe;
+    const HeaderField* added;  // valid once fe is kNone
+    if (at < out.fields.size()) [[likely]] {
+      fe = append_field_line(line, out.fields, out.field_count, out.first_field);
+      added = &out.fields[at];
+    } else {  // the lines outgrew the caller's array
+      fe = append_spilled_field_line(line, out, max_fields);
+      added = &out.spilled_fields[at];
+    }
     if (fe != FieldLineError::kNone) {
       return fail(400, field_line_reason(fe, "obsolete line folding or whitespace before field"));
     }
-    const HeaderField& f = out.fields[out.field_count - 1];
+    const HeaderField& f = *added;
     switch (f.token) {
       case HeaderToken::kHost:
         if (host_seen) return fail(400, "multiple Host header fields");

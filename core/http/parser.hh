@@ -1,6 +1,7 @@
 // HTTP/1.1 request-head parser (RFC 9112 §2-§7, RFC 9110 §5-§7), picohttpparser style: a pure function over
-// the receive buffer. No I/O, no allocation, no exceptions: the request line and every field become spans
-// into the caller's buffer, and the fields go into a caller-provided fixed array.
+// the receive buffer. No I/O, no exceptions: the request line and every field become spans into the caller's
+// buffer, and the fields go into a caller-provided fixed array (no allocation unless a head has more field
+// lines than that array holds; see "Field storage" below).
 //
 // Lifetime: every std::string_view in Request points into `buf` (or at a static literal: Request::path "/"
 // for an absolute-form target without a path, "*" for asterisk-form). The caller must keep those bytes in
@@ -27,9 +28,18 @@
 //  - Field lines: obs-fold (a line starting with SP/HTAB) → 400; whitespace between name and ':' → 400;
 //    name must be a token; value bytes must be field-vchar/SP/HTAB (NUL, CR, other CTLs, DEL → 400).
 //
-// Limits (ParserLimits; nginx `large_client_header_buffers`): an over-long request-line → 414, an over-long
-// field line, too large a header section or too many fields → 431. They are checked on partial input too, so
-// a peer that never ends its line gets its error as soon as the buffered bytes exceed the limit.
+// Limits (ParserLimits; nginx `client_header_buffer_size` and `large_client_header_buffers`), in bytes: an
+// over-long request-line → 414, an over-long field line or too large a header section → 431. A line that ends
+// within the first ParserLimits::initial_buffer bytes is never too long (nginx reads it into the connection's
+// first buffer and needs no large one for it). They are checked on partial input too, so a peer that never
+// ends its line gets its error as soon as the buffered bytes exceed the limit. More than
+// ParserLimits::max_fields field lines → 431 too (nginx `max_headers`, 1000 by default). nginx answers these
+// 431s with 400 "Request Header Or Cookie Too Large"; RFC 6585 §5 defines 431 for them.
+//
+// Field storage: the lines go into the caller's fixed array (Request::fields, no allocation: the common case);
+// a head with more lines continues in Request::spilled_fields, a heap array the parser grows as needed (all
+// the lines are copied there, so headers() stays one span). Bounded by the limits above; release_fields()
+// frees it once the caller is done with the request.
 //
 // Resuming: the parser keeps no state; call it again with the grown buffer. Pass `last_len` (the buffer length
 // at the previous call for this same request, 0 the first time) and a still-partial head is answered after
@@ -44,6 +54,7 @@
 #include <optional>
 #include <span>
 #include <string_view>
+#include <vector>
 
 #include "core/http/tokens.hh"
 
@@ -89,28 +100,82 @@ struct HeaderField {
   HeaderToken token = HeaderToken::kUnknown;
 };
 
+/// The most field lines a parser stores, whatever its limits say: the field index (FieldLines::first_field) is
+/// 16 bits wide. The byte limits bind long before (a field line takes at least 3 bytes: 33 KiB of head, nginx's
+/// default buffers, hold about 11,000 of them).
+inline constexpr size_t kMaxFieldLines = 0xffff;
+
 struct ParserLimits {
+  /// Lines that end within this many bytes from the start of the head are not held to max_request_line /
+  /// max_field_line. nginx: client_header_buffer_size (the connection's first buffer).
+  size_t initial_buffer = 0;
   /// Longest request-line, in bytes without its line terminator → 414. nginx: large_client_header_buffers size.
   size_t max_request_line = 8192;
   /// Longest field line, in bytes without its line terminator → 431. nginx: large_client_header_buffers size.
   size_t max_field_line = 8192;
   /// Largest head (leading empty lines + request-line + fields + final empty line), bytes → 431.
-  /// nginx: large_client_header_buffers number × size.
+  /// nginx: client_header_buffer_size + large_client_header_buffers number × size (the first buffer keeps the
+  /// lines it holds when the large ones take over).
   size_t max_header_section = 32768;
-  /// Most field lines → 431. The effective limit is also capped by the size of Request::fields.
-  size_t max_fields = 100;
+  /// Most field lines → 431 (capped at kMaxFieldLines). nginx: max_headers. Lines past Request::fields.size()
+  /// go to the heap.
+  size_t max_fields = 1000;
   /// Accept a bare LF as a line terminator (RFC 9112 §2.2 MAY). nginx does.
   bool allow_bare_lf = true;
 };
 
+/// The field lines of a parsed head (a request's or a response's) and where they are stored: the caller's
+/// fixed array while they fit, else heap storage the parser grows (see "Field storage" above).
+struct FieldLines {
+  /// Storage for the field lines; set by the caller before parsing. Never reallocated. A head with more lines
+  /// than it holds is stored in spilled_fields instead: read the lines through headers().
+  std::span<HeaderField> fields;
+  /// Number of field lines of the last parse (in `fields`, or in spilled_fields when more than fields.size()).
+  size_t field_count = 0;
+  /// All the lines of a head with more of them than `fields` holds; otherwise unused (and kept for the next
+  /// such head until release_fields()).
+  std::vector<HeaderField> spilled_fields;
+
+  /// Index into the field lines of the first line with each token, or kNoField.
+  static constexpr uint16_t kNoField = 0xffff;
+  std::array<uint16_t, kHeaderTokenCount> first_field = no_fields();
+
+  /// The field lines of the last parse, in order.
+  std::span<const HeaderField> headers() const {
+    if (field_count <= fields.size()) return fields.first(field_count);
+    return std::span<const HeaderField>(spilled_fields).first(field_count);
+  }
+  /// The same, writable (a caller moving the head's bytes rebases the views).
+  std::span<HeaderField> headers() {
+    if (field_count <= fields.size()) return fields.first(field_count);
+    return std::span<HeaderField>(spilled_fields).first(field_count);
+  }
+  /// The first field line with this token, or nullptr.
+  const HeaderField* find(HeaderToken t) const {
+    const uint16_t i = first_field[static_cast<size_t>(t)];
+    return i == kNoField ? nullptr : &headers()[i];
+  }
+  /// Frees spilled_fields. A head that was stored there has no field lines afterwards: call it once done.
+  void release_fields() {
+    if (spilled_fields.capacity() == 0) return;
+    if (field_count > fields.size()) {
+      field_count = 0;
+      first_field = no_fields();
+    }
+    std::vector<HeaderField>().swap(spilled_fields);
+  }
+
+ protected:
+  static constexpr std::array<uint16_t, kHeaderTokenCount> no_fields() {
+    std::array<uint16_t, kHeaderTokenCount> a{};
+    a.fill(kNoField);
+    return a;
+  }
+};
+
 /// The parsed head. A new member must also be reset in reset() in parser.cc (the parser resets member by
 /// member instead of assigning a fresh Request, which is measurably slower).
-struct Request {
-  /// Storage for the field lines; set by the caller before parsing (count in = capacity). Never reallocated.
-  std::span<HeaderField> fields;
-  /// Number of entries of `fields` filled by the last parse.
-  size_t field_count = 0;
-
+struct Request : FieldLines {
   Method method = Method::kOther;
   std::string_view method_text;  // the method token as received
   std::string_view target;       // the request-target exactly as received (what a proxy forwards)
@@ -137,31 +202,15 @@ struct Request {
   bool expect_100_continue = false;    // Expect: 100-continue in an HTTP/1.1 request (RFC 9110 §10.1.1)
   bool expect_other = false;           // Expect with another expectation (the engine MAY answer 417)
 
-  /// Index into `fields` of the first line with each token, or kNoField.
-  static constexpr uint16_t kNoField = 0xffff;
-  std::array<uint16_t, kHeaderTokenCount> first_field = no_fields();
-
   /// Whether the connection stays open after this request (RFC 9112 §9.3): HTTP/1.1 unless "close";
   /// HTTP/1.0 only with "keep-alive" and without "close".
   bool keep_alive() const {
     if (connection_close) return false;
     return version_minor >= 1 || connection_keep_alive;
   }
-  std::span<const HeaderField> headers() const { return fields.first(field_count); }
-  /// The first field line with this token, or nullptr.
-  const HeaderField* find(HeaderToken t) const {
-    const uint16_t i = first_field[static_cast<size_t>(t)];
-    return i == kNoField ? nullptr : &fields[i];
-  }
+  using FieldLines::find;
   /// The first field line named `name` (case-insensitive), or nullptr. Prefer find(HeaderToken).
   const HeaderField* find(std::string_view name) const;
-
- private:
-  static constexpr std::array<uint16_t, kHeaderTokenCount> no_fields() {
-    std::array<uint16_t, kHeaderTokenCount> a{};
-    a.fill(kNoField);
-    return a;
-  }
 };
 
 enum class ParseStatus : uint8_t { kComplete, kPartial, kError };

@@ -118,7 +118,7 @@ ResponseParseResult parse_response_head(std::string_view buf, ParsedResponse& ou
   if (!parse_status_line(head.substr(0, sl.end), out, reason)) return fail(reason);
   size_t p = sl.next;
 
-  const size_t max_fields = lim.max_fields < out.fields.size() ? lim.max_fields : out.fields.size();
+  const size_t max_fields = lim.max_fields < kMaxFieldLines ? lim.max_fields : kMaxFieldLines;
   TransferCodings te;
   std::optional<uint64_t> content_length;
   for (;;) {
@@ -130,11 +130,20 @@ ResponseParseResult parse_response_head(std::string_view buf, ParsedResponse& ou
     }
     if (out.field_count >= max_fields) return fail("too many header fields in upstream response");
     const std::string_view line = head.substr(p, fl.end - p);
-    const FieldLineError fe = append_field_line(line, out.fields, out.field_count, out.first_field);
+    const size_t at = out.field_count;  // the slot this line goes to
+    FieldLineError fe;
+    const HeaderField* added;  // valid once fe is kNone
+    if (at < out.fields.size()) [[likely]] {
+      fe = append_field_line(line, out.fields, out.field_count, out.first_field);
+      added = &out.fields[at];
+    } else {  // the lines outgrew the caller's array
+      fe = append_spilled_field_line(line, out, max_fields);
+      added = &out.spilled_fields[at];
+    }
     if (fe != FieldLineError::kNone) {
       return fail(field_line_reason(fe, "obsolete line folding in upstream response"));
     }
-    const HeaderField& f = out.fields[out.field_count - 1];
+    const HeaderField& f = *added;
     switch (f.token) {
       case HeaderToken::kContentLength:
         if (std::string_view why = merge_content_length(f.value, content_length); !why.empty()) return fail(why);

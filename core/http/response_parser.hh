@@ -1,7 +1,7 @@
 // HTTP/1.1 response-head parser (RFC 9112 §4-§6, RFC 9110 §5, §8.6, §15): the proxy's view of what an origin
-// sent. A pure function over the receive buffer, like the request parser (parser.hh): no I/O, no allocation,
-// no exceptions; the status line and every field become spans into the caller's buffer and the fields go into
-// a caller-provided fixed array.
+// sent. A pure function over the receive buffer, like the request parser (parser.hh): no I/O, no exceptions;
+// the status line and every field become spans into the caller's buffer and the fields go into a
+// caller-provided fixed array, or heap storage for a head with more lines than it holds (FieldLines, parser.hh).
 //
 // Lifetime: every std::string_view in ParsedResponse points into `buf`; the caller keeps those bytes in place
 // while it uses the result (the proxy copies the head before consuming it from the stream).
@@ -25,8 +25,9 @@
 //     a bare CR is an error.
 //   - Field lines as in requests: name must be a token directly followed by ':'; values may not contain CTLs
 //     other than HTAB, or DEL. obs-fold is rejected (§5.2 lets a proxy answer 502 instead of unfolding).
-//   - Limits (nginx `proxy_buffer_size`: the whole head must fit): head bytes and field count; checked on
-//     partial input too, so an endless head fails as soon as it exceeds the limit.
+//   - Limits (nginx `proxy_buffer_size`: the whole head must fit): head bytes, checked on partial input too, so
+//     an endless head fails as soon as it exceeds the limit. The field count has no bound of its own beyond
+//     ResponseLimits::max_fields (kMaxFieldLines by default; a field line takes at least 3 bytes of the head).
 //
 // Resuming: the parser keeps no state; call it again with the grown buffer and `last_len` (the size at the
 // previous call, 0 the first time) so a partial head costs only a scan of the new bytes for the empty line.
@@ -54,18 +55,14 @@ enum class ResponseFraming : uint8_t {
 struct ResponseLimits {
   /// Largest head (status line + fields + final empty line), bytes. nginx: proxy_buffer_size (4k).
   size_t max_head = 4096;
-  /// Most field lines (also capped by the size of ParsedResponse::fields).
-  size_t max_fields = 100;
+  /// Most field lines (at most kMaxFieldLines). Lines past ParsedResponse::fields.size() go to the heap.
+  size_t max_fields = kMaxFieldLines;
   /// Accept a bare LF as a line terminator (RFC 9112 §2.2 MAY).
   bool allow_bare_lf = true;
 };
 
-/// A parsed response head.
-struct ParsedResponse {
-  /// Storage for the field lines; set by the caller before parsing. Never reallocated.
-  std::span<HeaderField> fields;
-  size_t field_count = 0;
-
+/// A parsed response head (its field lines: FieldLines).
+struct ParsedResponse : FieldLines {
   uint8_t version_minor = 1;      // HTTP/1.<version_minor>
   uint16_t status = 0;            // 100..599
   std::string_view reason;        // may be empty
@@ -75,14 +72,6 @@ struct ParsedResponse {
   bool connection_close = false;  // Connection: close
   bool connection_keep_alive = false;  // Connection: keep-alive
 
-  /// Index into `fields` of the first line with each token, or Request::kNoField.
-  std::array<uint16_t, kHeaderTokenCount> first_field{};
-
-  std::span<const HeaderField> headers() const { return fields.first(field_count); }
-  const HeaderField* find(HeaderToken t) const {
-    const uint16_t i = first_field[static_cast<size_t>(t)];
-    return i == Request::kNoField ? nullptr : &fields[i];
-  }
   /// 1xx: an interim response; the final one follows on the same connection.
   bool interim() const { return status < 200; }
   /// Whether the connection may carry another request after this response (RFC 9112 §9.3): HTTP/1.1

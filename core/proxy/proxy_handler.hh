@@ -1,7 +1,8 @@
 // The reverse-proxy content handler (nginx's proxy_pass): forwards the exchange to an upstream group and
 // streams the response back, both directions with bounded memory.
 //
-// Per request (ProxyState, the exchange's ContentState):
+// Per request (ProxyState, the exchange's ContentState; declared in proxy_state.hh, its request side in
+// proxy_handler.cc, its response side in proxy_response.cc):
 //   1. choose a peer (upstream.hh Balancer), take a cached keepalive connection to it or connect
 //      (proxy_connect_timeout);
 //   2. send the request head (proxy_request.hh) and stream the body: Content-Length bodies as they come;
@@ -10,10 +11,12 @@
 //      kosoku has no temp files to buffer an unbounded body). Never both framings (C01, C02).
 //      The client body is paused whenever the upstream has more than kBodyHighWater bytes unsent
 //      (proxy_send_timeout runs while the upstream does not take them);
-//   3. parse the response head (http/response_parser.hh, proxy_buffer_size), skip 1xx, apply
-//      proxy_next_upstream (error, timeout, invalid_header, http_5xx/403/404/429; only while nothing has been
-//      sent to the client, only for idempotent methods once the request went out unless non_idempotent, only
-//      while the body read so far is still held for replay, within proxy_next_upstream_tries/_timeout);
+//   3. parse the response head (http/response_parser.hh): it must fit in proxy_buffer_size and arrive within
+//      proxy_read_timeout of the request being sent (nginx); skip 1xx (together within one more
+//      proxy_buffer_size); apply proxy_next_upstream (error, timeout, invalid_header, http_5xx/403/404/429;
+//      only while nothing has been sent to the client, only for idempotent methods once the request went out
+//      unless non_idempotent, only while the body read so far is still held for replay, within
+//      proxy_next_upstream_tries/_timeout);
 //      timeouts give 504, other failures 502 (nginx);
 //   4. stream the content to the client: de-chunked, re-chunked by the client connection when the length is
 //      unknown; the bytes go through a per-request ring (ref_ring.hh) with zero-copy write_ref: with

@@ -1,5 +1,6 @@
 #include "core/proxy/proxy_request.hh"
 
+#include "core/http/field_names.hh"
 #include "core/http/variables.hh"
 
 #include <unistd.h>
@@ -24,22 +25,6 @@ using http::HeaderField;
 using http::HeaderToken;
 
 bool same_name(std::string_view a, std::string_view b) { return absl::EqualsIgnoreCase(a, b); }
-
-/// Whether `name` is listed in a Connection field value (comma-separated tokens).
-bool named_in(std::string_view connection_value, std::string_view name) {
-  for (std::string_view token : absl::StrSplit(connection_value, ',')) {
-    if (same_name(absl::StripAsciiWhitespace(token), name)) return true;
-  }
-  return false;
-}
-
-/// Whether any of `fields`' Connection lines names `name`.
-bool named_in_connection(std::span<const HeaderField> fields, std::string_view name) {
-  for (const HeaderField& f : fields) {
-    if (f.token == HeaderToken::kConnection && named_in(f.value, name)) return true;
-  }
-  return false;
-}
 
 }  // namespace
 
@@ -143,6 +128,8 @@ void build_request_head(const http::Exchange& ex, const ProxyLocationConf& conf,
 
   if (conf.pass_request_headers) {
     const std::span<const HeaderField> fields = req.headers();
+    http::FieldNameSet connection_options;  // fields the client's Connection lines make hop-by-hop
+    connection_options.add_connection_options(fields);
     for (const HeaderField& f : fields) {
       if (http::header_token_flags(f.token) & http::kTokenHopByHop) continue;
       if (f.token == HeaderToken::kContentLength || f.token == HeaderToken::kExpect) continue;
@@ -153,7 +140,7 @@ void build_request_head(const http::Exchange& ex, const ProxyLocationConf& conf,
           break;
         }
       }
-      if (overridden || named_in_connection(fields, f.name)) continue;
+      if (overridden || connection_options.contains(f.name)) continue;
       absl::StrAppend(&out, f.name, ": ", f.value, "\r\n");
     }
   }
@@ -241,6 +228,8 @@ void build_response_head(const http::ParsedResponse& resp, const ProxyLocationCo
     head.content_length = static_cast<int64_t>(resp.content_length);
   }
   const std::span<const HeaderField> fields = resp.headers();
+  http::FieldNameSet connection_options;  // fields the origin's Connection lines make hop-by-hop
+  connection_options.add_connection_options(fields);
   for (const HeaderField& f : fields) {
     if (http::header_token_flags(f.token) & http::kTokenHopByHop) continue;
     switch (f.token) {
@@ -274,7 +263,7 @@ void build_response_head(const http::ParsedResponse& resp, const ProxyLocationCo
         break;
       }
     }
-    if (hidden || named_in_connection(fields, f.name)) continue;
+    if (hidden || connection_options.contains(f.name)) continue;
     absl::StrAppend(&head.extra, f.name, ": ", f.value, "\r\n");
   }
 }

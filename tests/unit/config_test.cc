@@ -145,6 +145,8 @@ TEST(ConfigErrors, BadValuesPointAtTheArgument) {
   EXPECT_EQ(err("http { client_max_body_size 1t; }"),
             "t.conf:1:29: invalid value \"1t\" in \"client_max_body_size\" directive");
   EXPECT_EQ(err("worker_processes zero;"), "t.conf:1:18: invalid value \"zero\" in \"worker_processes\" directive");
+  EXPECT_EQ(err("http { server { max_headers many; } }"),
+            "t.conf:1:29: invalid value \"many\" in \"max_headers\" directive");
   EXPECT_EQ(err("http { server { listen 80 fast; } }"), "t.conf:1:27: invalid parameter \"fast\"");
   EXPECT_EQ(err("http { server { listen 1.2.3:80; } }"),
             "t.conf:1:24: host not found in \"1.2.3:80\" of the \"listen\" directive");
@@ -293,8 +295,10 @@ http {
   deny all;
   etag off;
   client_header_timeout 7s;
+  max_headers 2000;
   server {
     client_header_timeout 9s;
+    max_headers 50;
     send_timeout 3s;
     location /a {
       add_header X-B 2;
@@ -311,6 +315,8 @@ http {
   const ServerConf& s1 = *c->http.servers[1];
   EXPECT_EQ(s0.client_header_timeout_ms, 9000u);
   EXPECT_EQ(s1.client_header_timeout_ms, 7000u);
+  EXPECT_EQ(s0.max_headers, 50u);
+  EXPECT_EQ(s1.max_headers, 2000u);
   EXPECT_EQ(s0.base.send_timeout_ms, 3000u);
   EXPECT_EQ(s1.base.send_timeout_ms, 60000u);
   const LocationConf& a = s0.locations[0];
@@ -421,7 +427,8 @@ TEST(ConfigMerge, EveryRowDefaultMatchesConfHh) {
     if (!m.http.servers.empty()) {
       const ServerConf& s = *m.http.servers[0];
       o << '|' << s.client_header_timeout_ms << '|' << s.client_header_buffer_size << '|'
-        << s.large_client_header_buffers_num << '|' << s.large_client_header_buffers_size << '|' << describe_loc(s.base);
+        << s.large_client_header_buffers_num << '|' << s.large_client_header_buffers_size << '|' << s.max_headers << '|'
+        << describe_loc(s.base);
     }
     return o.str();
   };

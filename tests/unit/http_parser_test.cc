@@ -538,13 +538,123 @@ TEST_F(ParserTest, LimitBoundaries) {
   lim.max_header_section = req.size() - 1;
   expect_error(req, 431, lim);
 
-  // The caller's array caps the field count too.
+  // The caller's array does not cap the field count: more lines continue in heap storage.
   std::array<HeaderField, 2> small{};
   Request r;
   r.fields = small;
   EXPECT_EQ(parse_request("GET / HTTP/1.1\r\nHost: a\r\nA: 1\r\n\r\n", r, {}).status, ParseStatus::kComplete);
+  EXPECT_EQ(r.spilled_fields.capacity(), 0u);  // no allocation for a head that fits
   const ParseResult e = parse_request("GET / HTTP/1.1\r\nHost: a\r\nA: 1\r\nB: 2\r\n\r\n", r, {});
-  EXPECT_EQ(e.http_status, 431);
+  EXPECT_EQ(e.status, ParseStatus::kComplete);
+  ASSERT_EQ(r.headers().size(), 3u);
+  EXPECT_EQ(r.headers()[2].name, "B");
+}
+
+std::string request_with_fields(int n, std::string_view extra = {}) {
+  std::string s = "GET /many HTTP/1.1\r\n";
+  for (int i = 0; i < n; ++i) s += "X-Field-" + std::to_string(i) + ": value-" + std::to_string(i) + "\r\n";
+  s += "Host: many.example\r\n";
+  s += extra;
+  s += "\r\n";
+  return s;
+}
+
+// The field count is bounded by max_headers (nginx's, 1000 by default) and the bytes
+// (large_client_header_buffers), not by the caller's array: lines past it go to heap storage.
+TEST_F(ParserTest, ManyFieldsWithinTheLimitsParse) {
+  ParserLimits many;
+  many.max_fields = kMaxFieldLines;
+  for (int n : {150, 500, 1200}) {
+    const std::string s = request_with_fields(n, "Cookie: c=1\r\n");
+    ASSERT_LT(s.size(), ParserLimits{}.max_header_section);
+    expect_complete(s, n + 2 <= 1000 ? ParserLimits{} : many);
+    ASSERT_EQ(req_.field_count, static_cast<size_t>(n) + 2) << n;
+    ASSERT_EQ(req_.headers().size(), req_.field_count);
+    EXPECT_EQ(req_.headers()[0].value, "value-0");
+    EXPECT_EQ(req_.headers()[31].value, "value-31");  // the last line in the 32-entry array
+    EXPECT_EQ(req_.headers()[32].value, "value-32");  // the first one past it
+    EXPECT_EQ(req_.headers()[n - 1].name, "X-Field-" + std::to_string(n - 1));
+    // Tokens past the array are indexed and framing fields there are still honoured.
+    EXPECT_EQ(value(HeaderToken::kHost), "many.example");
+    EXPECT_EQ(req_.host_name, "many.example");
+    EXPECT_EQ(value(HeaderToken::kCookie), "c=1");
+    EXPECT_EQ(req_.find("x-field-" + std::to_string(n - 1))->value, "value-" + std::to_string(n - 1));
+  }
+  expect_error(request_with_fields(100, "Content-Length: 1\r\nContent-Length: 2\r\n"), 400);
+  expect_error(request_with_fields(100, "Host: second\r\n"), 400);
+  // max_headers: 1000 lines by default (the 1000th is Host), then 431.
+  expect_complete(request_with_fields(999));
+  expect_error(request_with_fields(1000), 431);
+  expect_error(request_with_fields(1200), 431);
+  // The bytes still bound the head: the same lines over max_header_section are 431, also while partial.
+  ParserLimits lim;
+  const std::string s = request_with_fields(500);
+  lim.max_header_section = s.size() - 1;
+  expect_error(s, 431, lim);
+  lim.max_header_section = s.size() - 10;  // and a head still without its end, already past the limit
+  EXPECT_EQ(parse(std::string_view(s).substr(0, s.size() - 2), lim, 100).http_status, 431);
+  lim.max_header_section = s.size();
+  expect_complete(s, lim);
+  // An explicit count bound still works past the array.
+  lim.max_fields = 40;
+  expect_error(s, 431, lim);
+}
+
+TEST_F(ParserTest, SpilledFieldsAreReleasedAndTheArrayReused) {
+  expect_complete(request_with_fields(200));
+  EXPECT_GE(req_.spilled_fields.capacity(), 201u);
+  EXPECT_NE(req_.headers().data(), storage_.data());
+  // A following head that fits goes to the array again (the heap storage is kept until released).
+  expect_complete("GET / HTTP/1.1\r\nHost: a\r\nCookie: x\r\n\r\n");
+  EXPECT_EQ(req_.headers().data(), storage_.data());
+  EXPECT_EQ(value(HeaderToken::kCookie), "x");
+  req_.release_fields();
+  EXPECT_EQ(req_.spilled_fields.capacity(), 0u);
+  EXPECT_EQ(req_.field_count, 2u);
+  // Released after a spilled head: no lines left, nothing dangling.
+  expect_complete(request_with_fields(200));
+  req_.release_fields();
+  EXPECT_EQ(req_.field_count, 0u);
+  EXPECT_TRUE(req_.headers().empty());
+  EXPECT_EQ(req_.find(HeaderToken::kHost), nullptr);
+}
+
+// nginx reads a head into client_header_buffer_size first and takes large_client_header_buffers only for what
+// does not fit: a line that ends within the first buffer is never too long.
+TEST_F(ParserTest, LinesWithinTheInitialBufferAreNotHeldToTheLineLimits) {
+  ParserLimits lim;
+  lim.initial_buffer = 200;
+  lim.max_request_line = 40;
+  lim.max_field_line = 30;
+  lim.max_header_section = 1000;
+  const std::string line = "GET /" + std::string(80, 'r') + " HTTP/1.1\r\n";  // 94 bytes: over 40
+  const std::string field = "X-Long: " + std::string(60, 'f') + "\r\n";      // 70 bytes: over 30
+  expect_complete(line + "Host: a\r\n" + field + "\r\n", lim);  // both end before byte 200
+  // A field line ending past the first buffer is held to max_field_line; one within it is not.
+  const std::string head = line + "Host: a\r\n" + field;  // 174 bytes
+  expect_error(head + field + "\r\n", 431, lim);           // the second one ends at 244
+  expect_complete(head + "X-Short: " + std::string(20, 's') + "\r\n\r\n", lim);
+  // The same while partial: a line crossing byte 200 fails once it is longer than the limit, not before.
+  const std::string crossing = head + "X-Cross: " + std::string(100, 'c');
+  size_t last = 0;
+  for (size_t len = head.size() + 1; len <= crossing.size(); ++len) {
+    const ParseResult r = parse(std::string_view(crossing).substr(0, len), lim, last);
+    last = len;
+    if (len < 200 || len - head.size() <= 30) {
+      ASSERT_EQ(r.status, ParseStatus::kPartial) << len;
+    } else {
+      ASSERT_EQ(r.http_status, 431) << len;
+      break;
+    }
+  }
+  // A request line ending past the first buffer is 414.
+  lim.initial_buffer = 50;
+  expect_error(line + "Host: a\r\n\r\n", 414, lim);
+  EXPECT_EQ(parse(std::string_view(line).substr(0, 60), lim).http_status, 414);
+  EXPECT_EQ(parse(std::string_view(line).substr(0, 49), lim).status, ParseStatus::kPartial);
+  // Without a first buffer the line limits apply from the start (the default).
+  lim.initial_buffer = 0;
+  expect_error(line + "Host: a\r\n\r\n", 414, lim);
 }
 
 TEST_F(ParserTest, EndlessHeaderSectionIs431WhilePartial) {

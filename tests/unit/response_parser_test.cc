@@ -210,16 +210,44 @@ TEST_F(ResponseParserTest, Limits) {
   // Also while the head is still incomplete: an endless head fails as soon as it is too large.
   const ResponseParseResult r = parse(big.substr(0, 80), false, lim);
   EXPECT_EQ(r.status, ParseStatus::kError);
-  std::string many = "HTTP/1.1 200 OK\r\n";
-  for (int i = 0; i < 20; ++i) many += "X-F" + std::to_string(i) + ": v\r\n";
-  many += "\r\n";
-  expect_error(many);  // 20 fields > 16 slots of storage
   lim = {};
   lim.max_fields = 3;
   expect_error("HTTP/1.1 200 OK\r\nA: 1\r\nB: 2\r\nC: 3\r\nD: 4\r\n\r\n", lim);
   // A wrong first byte fails at once, without waiting for a head that will never end.
   EXPECT_EQ(parse("<html>").status, ParseStatus::kError);
   EXPECT_EQ(parse("HTT").status, ParseStatus::kPartial);
+}
+
+// nginx has no bound on the number of an upstream's header fields: only the head's bytes (proxy_buffer_size)
+// count. Lines past the caller's array (16 here) go to heap storage.
+TEST_F(ResponseParserTest, ManyFieldsWithinTheByteLimitSpillToTheHeap) {
+  std::string many = "HTTP/1.1 200 OK\r\n";
+  for (int i = 0; i < 300; ++i) many += "X-F" + std::to_string(i) + ": v" + std::to_string(i) + "\r\n";
+  many += "ETag: \"late\"\r\nContent-Length: 2\r\n\r\n";
+  ASSERT_LT(many.size(), 4096u);  // within the default proxy_buffer_size
+  const ResponseParseResult r = parse(many);
+  ASSERT_EQ(r.status, ParseStatus::kComplete) << r.reason;
+  EXPECT_EQ(r.consumed, many.size());
+  ASSERT_EQ(resp_.field_count, 302u);
+  ASSERT_EQ(resp_.headers().size(), 302u);
+  EXPECT_EQ(resp_.headers()[0].name, "X-F0");
+  EXPECT_EQ(resp_.headers()[15].value, "v15");
+  EXPECT_EQ(resp_.headers()[16].value, "v16");
+  EXPECT_EQ(resp_.headers()[299].value, "v299");
+  EXPECT_EQ(value(HeaderToken::kEtag), "\"late\"");  // found through first_field past the array
+  EXPECT_EQ(resp_.framing, ResponseFraming::kContentLength);
+  EXPECT_EQ(resp_.content_length, 2u);
+  // The same head a byte over the limit: too big, whatever its field count.
+  ResponseLimits lim;
+  lim.max_head = many.size() - 1;
+  expect_error(many, lim);
+  // The heap storage is kept for the next head and freed on request; a head that fits uses the array again.
+  framing_of("HTTP/1.1 204 No Content\r\nA: 1\r\n\r\n");
+  EXPECT_EQ(resp_.headers().data(), storage_.data());
+  EXPECT_EQ(value(HeaderToken::kEtag), "<none>");
+  resp_.release_fields();
+  EXPECT_EQ(resp_.spilled_fields.capacity(), 0u);
+  EXPECT_EQ(resp_.field_count, 1u);  // lines in the caller's array stay
 }
 
 TEST_F(ResponseParserTest, FirstFieldIndexAndDuplicates) {
