@@ -21,6 +21,7 @@ import os
 import re
 import signal
 import socket
+import socketserver
 import subprocess
 import threading
 import time
@@ -691,3 +692,38 @@ def parse_byteranges(resp: Response) -> list[Part]:
             f"part data not followed by CRLF+delimiter: {body[pos:pos + 40]!r}"
         pos += 2
         parts.append(Part(hdrs, first, last, total, data))
+
+
+class ScriptedOrigin:
+    """An origin on 127.0.0.1 (a free port) that runs `serve(sock)` for each connection in a thread of its own;
+    a subclass writes serve(). close() stops accepting and closes the listening socket."""
+
+    def __init__(self):
+        origin = self
+
+        class Handler(socketserver.BaseRequestHandler):
+            def handle(self) -> None:
+                origin.serve(self.request)
+
+        self.server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def serve(self, c: socket.socket) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def recv_request_head(c: socket.socket) -> Optional[bytes]:
+    """Reads from `c` until the bytes hold a request head (CRLF CRLF); None if the peer closes first."""
+    buf = b""
+    while b"\r\n\r\n" not in buf:
+        d = c.recv(65536)
+        if not d:
+            return None
+        buf += d
+    return buf

@@ -14,8 +14,6 @@ The same tests run against nginx (SUT=nginx).
 from __future__ import annotations
 
 import socket
-import socketserver
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,35 +24,19 @@ import sut
 BODY = b"header-limits\n"
 
 
-class EchoOrigin:
+class EchoOrigin(sut.ScriptedOrigin):
     """Answers every request with 200 and a body of the field names it received, one per line."""
 
-    def __init__(self):
-        class Handler(socketserver.BaseRequestHandler):
-            def handle(self) -> None:
-                c: socket.socket = self.request
-                try:
-                    buf = b""
-                    while b"\r\n\r\n" not in buf:
-                        d = c.recv(65536)
-                        if not d:
-                            return
-                        buf += d
-                    lines = buf.split(b"\r\n\r\n", 1)[0].split(b"\r\n")[1:]
-                    body = b"".join(ln.split(b":", 1)[0] + b"\n" for ln in lines)
-                    c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n" % len(body)
-                              + body)
-                except OSError:
-                    pass
-
-        self.server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.port = self.server.server_address[1]
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+    def serve(self, c: socket.socket) -> None:
+        try:
+            buf = sut.recv_request_head(c)
+            if buf is None:
+                return
+            lines = buf.split(b"\r\n\r\n", 1)[0].split(b"\r\n")[1:]
+            body = b"".join(ln.split(b":", 1)[0] + b"\n" for ln in lines)
+            c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n" % len(body) + body)
+        except OSError:
+            pass
 
 
 @dataclass

@@ -17,7 +17,6 @@ import hashlib
 import random
 import re
 import socket
-import socketserver
 import threading
 import time
 import urllib.parse
@@ -33,34 +32,15 @@ BODY_SHA = hashlib.sha256(BODY).hexdigest()
 HUGE = 64 << 20  # the memory test's body (generated on the fly, never held)
 
 
-class Origin:
+class Origin(sut.ScriptedOrigin):
     """Answers GET /head?n=N with a response head of about N bytes (one long X-Pad field), /body?mode=length|
     chunked|close with BODY, and /huge with HUGE bytes of a repeating pattern (Content-Length)."""
 
-    def __init__(self):
-        origin = self
-
-        class Handler(socketserver.BaseRequestHandler):
-            def handle(self) -> None:
-                origin._serve(self.request)
-
-        self.server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.port = self.server.server_address[1]
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-    def _serve(self, c: socket.socket) -> None:
+    def serve(self, c: socket.socket) -> None:
         try:
-            buf = b""
-            while b"\r\n\r\n" not in buf:
-                d = c.recv(65536)
-                if not d:
-                    return
-                buf += d
+            buf = sut.recv_request_head(c)
+            if buf is None:
+                return
             target = buf.split(b" ", 2)[1].decode()
             u = urllib.parse.urlsplit(target)
             q = dict(urllib.parse.parse_qsl(u.query))

@@ -17,8 +17,6 @@ passes garbage on as an HTTP/0.9 body); those tests say so.
 from __future__ import annotations
 
 import socket
-import socketserver
-import threading
 import time
 import urllib.parse
 from dataclasses import dataclass
@@ -37,33 +35,14 @@ def fields_head(n: int, width: int = 0) -> bytes:
     return b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nCache-Control: max-age=60\r\n" + lines + b"\r\nok"
 
 
-class Origin:
+class Origin(sut.ScriptedOrigin):
     """Plays the script named by the last path segment of the request; see _play."""
 
-    def __init__(self):
-        origin = self
-
-        class Handler(socketserver.BaseRequestHandler):
-            def handle(self) -> None:
-                origin._serve(self.request)
-
-        self.server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.port = self.server.server_address[1]
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-    def _serve(self, c: socket.socket) -> None:
+    def serve(self, c: socket.socket) -> None:
         try:
-            buf = b""
-            while b"\r\n\r\n" not in buf:
-                d = c.recv(65536)
-                if not d:
-                    return
-                buf += d
+            buf = sut.recv_request_head(c)
+            if buf is None:
+                return
             u = urllib.parse.urlsplit(buf.split(b" ", 2)[1].decode())
             q = dict(urllib.parse.parse_qsl(u.query))
             self._play(c, u.path.rsplit("/", 1)[-1], q)
