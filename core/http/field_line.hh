@@ -65,6 +65,22 @@ inline FieldLineError append_field_line(std::string_view line, std::span<HeaderF
 /// than the caller's array take it (see "Field storage" in parser.hh).
 FieldLineError append_spilled_field_line(std::string_view line, FieldLines& out, size_t max);
 
+/// Appends `line` as the next field line of a head (request or response): into the caller's array while it has
+/// room, else into the heap storage. *added is the stored field when the result is kNone. The caller checked
+/// out.field_count < max.
+inline FieldLineError append_head_field_line(std::string_view line, FieldLines& out, size_t max,
+                                             const HeaderField** added) {
+  const size_t at = out.field_count;  // the slot this line goes to
+  if (at < out.fields.size()) [[likely]] {
+    const FieldLineError fe = append_field_line(line, out.fields, out.field_count, out.first_field);
+    if (fe == FieldLineError::kNone) *added = &out.fields[at];
+    return fe;
+  }
+  const FieldLineError fe = append_spilled_field_line(line, out, max);  // the lines outgrew the caller's array
+  if (fe == FieldLineError::kNone) *added = &out.spilled_fields[at];
+  return fe;
+}
+
 /// Merges one Content-Length field value — a list of 1*DIGIT members, all equal (RFC 9110 §8.6) — into
 /// `length` (set by earlier lines, or empty). Returns "" on success, else the reason: "invalid Content-Length",
 /// "Content-Length too large" (> 2^63-1), "conflicting Content-Length values", "empty Content-Length".

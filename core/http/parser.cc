@@ -439,16 +439,8 @@ ParseResult parse_request(std::string_view buf, Request& out, const ParserLimits
     }
     if (out.field_count >= max_fields) return fail(431, "too many header lines");
     const std::string_view line = buf.substr(p, fl.end - p);
-    const size_t at = out.field_count;  // the slot this line goes to
-    FieldLineError fe;
-    const HeaderField* added;  // valid once fe is kNone
-    if (at < out.fields.size()) [[likely]] {
-      fe = append_field_line(line, out.fields, out.field_count, out.first_field);
-      added = &out.fields[at];
-    } else {  // the lines outgrew the caller's array
-      fe = append_spilled_field_line(line, out, max_fields);
-      added = &out.spilled_fields[at];
-    }
+    const HeaderField* added = nullptr;  // set once fe is kNone
+    const FieldLineError fe = append_head_field_line(line, out, max_fields, &added);
     if (fe != FieldLineError::kNone) {
       return fail(400, field_line_reason(fe, "obsolete line folding or whitespace before field"));
     }
