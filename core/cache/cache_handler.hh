@@ -7,8 +7,8 @@
 //   2. lookup in the keys zone (no lock: cache_zone.hh) — the Vary primary leads to the variant of this
 //      request (its secondary key, RFC 9111 §4.1);
 //   3. HIT (fresh): the entry is opened and served from disk with `Age`, answering the client's conditional
-//      requests (If-None-Match with weak comparison and lists, If-Modified-Since) and ranges itself (C15, C17,
-//      C13);
+//      requests (If-None-Match with weak comparison and lists, If-Modified-Since) and ranges itself (the 304
+//      carries the 200's ETag, Vary, Cache-Control...; range offsets are clamped to the stored body);
 //   4. MISS: proxy_cache_min_uses counts uses; proxy_cache_lock lets one request fetch while the others wait
 //      to be woken by the fill's commit (WakeHub: no polling), up to proxy_cache_lock_timeout, after which they
 //      go to the origin uncached (nginx); the response is passed to the client and, if storable
@@ -19,7 +19,7 @@
 //      the stale copy (UPDATING), and with proxy_cache_background_update the request that found it expired
 //      does too (STALE) while a detached fetch refreshes it;
 //   6. STALE on origin errors (use_stale error/timeout/http_5xx...), never for must-revalidate,
-//      proxy-revalidate, s-maxage or no-cache responses (§4.2.4, C26).
+//      proxy-revalidate, s-maxage or no-cache responses (§4.2.4).
 // $upstream_cache_status (ResponseHead::cache_status) is set on every cached-location response.
 //
 // The origin is reached through a FetchExchange (fetch_exchange.hh) handed to ProxyModule::forward(), so the

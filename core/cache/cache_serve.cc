@@ -2,8 +2,8 @@
 // head through the proxy's own build_response_head (so a hit carries exactly what the miss did, minus the
 // proxy's hidden fields), `Age` (RFC 9111 §5.1), the client's preconditions answered from the stored
 // validators (RFC 9110 §13.2.2: If-None-Match with weak comparison and lists → 304 carrying ETag, Vary,
-// Cache-Control, Expires... as the 200 would: C15, C17), ranges of a 200 (§14; the body offsets are clamped to
-// the stored body, C13), and the body streamed from disk in bounded chunks (two buffers, zero-copy).
+// Cache-Control, Expires... as the 200 would), ranges of a 200 (§14; the body offsets are clamped to
+// the stored body), and the body streamed from disk in bounded chunks (two buffers, zero-copy).
 #include <cstdlib>
 
 #include "absl/strings/str_cat.h"

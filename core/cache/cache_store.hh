@@ -23,7 +23,7 @@
 // Reading (EntryReader): open, read the first kFirstRead bytes (header and the start of the body), check magic,
 // version, hash, key (an MD5 collision reads as a miss, as nginx's "cache file has md5 collision") and that
 // the file is exactly header_size + body_size long (a truncated file is a miss). Body reads are clamped to the
-// body: a range can never expose header bytes or bytes past the body (CVE-2017-7529, C13).
+// body: a range can never expose header bytes or bytes past the body (CVE-2017-7529).
 #pragma once
 
 #include <cstdint>

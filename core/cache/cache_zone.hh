@@ -1,6 +1,6 @@
 // The keys zone of one proxy_cache_path: the in-memory index of the on-disk cache that every core reads
 // (nginx's keys_zone shared memory, ngx_http_file_cache_node_t). It is the one mutable structure the cores
-// share (../shared/notes/architecture.md), so its design is the "lock-free hit path" one:
+// share, so its design is the "lock-free hit path" one:
 //
 //   A fixed table of 7-way buckets, one 512-byte bucket per 7 entries, sized from keys_zone SIZE (about 14
 //   entries per KiB; nginx keeps ~8 per KiB). Every bucket has a sequence counter (a seqlock):

@@ -12,7 +12,7 @@
 //     no-store/private/no-cache with it, as nginx).
 //   - Set-Cookie (§7.3 leaves it to the cache): nginx's default — a response with Set-Cookie is not stored.
 //     With `proxy_ignore_headers Set-Cookie` it is stored WITHOUT its Set-Cookie lines (nginx would replay
-//     them to every client; conformance C22 forbids leaking one client's cookie to another).
+//     them to every client; one client's cookie must never reach another).
 //   - Cache-Control: no-cache (unqualified) — stored, but never reused without a successful validation and
 //     never served stale (§5.2.2.4; nginx does not store it at all). Qualified no-cache="F" / private="F":
 //     stored without the fields F (§5.2.2.4, §5.2.2.7: a field that must not be reused without validation is
@@ -28,7 +28,7 @@
 //     status is stored when it has explicit freshness or a proxy_cache_valid entry (nginx).
 //   - Vary: `*` is never stored (it could never match, §4.1); other names become the secondary key. With
 //     `proxy_ignore_headers Vary` the response is stored as one variant for every request (nginx).
-//   - Stale (§4.2.4): never with must-revalidate, proxy-revalidate, s-maxage or no-cache (C26). Otherwise as
+//   - Stale (§4.2.4): never with must-revalidate, proxy-revalidate, s-maxage or no-cache. Otherwise as
 //     proxy_cache_use_stale says, and also within the stale-while-revalidate / stale-if-error windows of the
 //     response (RFC 5861; nginx: lower priority than the directive).
 #pragma once

@@ -8,7 +8,7 @@
 //   2. send the request head (proxy_request.hh) and stream the body: Content-Length bodies as they come;
 //      chunked bodies are collected up to kReplayLimit first and sent de-chunked with Content-Length when they
 //      end within it, otherwise re-chunked (proxy_http_version 1.1) or refused with 411 (HTTP/1.0 upstream:
-//      kosoku has no temp files to buffer an unbounded body). Never both framings (C01, C02).
+//      kosoku has no temp files to buffer an unbounded body). Never both framings (RFC 9112 §6.1).
 //      The client body is paused whenever the upstream has more than kBodyHighWater bytes unsent
 //      (proxy_send_timeout runs while the upstream does not take them);
 //   3. parse the response head (http/response_parser.hh): it must fit in proxy_buffer_size and arrive within
@@ -35,7 +35,7 @@
 // Location and Refresh go through proxy_redirect (proxy_request.hh: rewrite_redirects).
 // Pipelined client requests are answered in order: the client connection hands over one request at a time.
 //
-// Seam for the cache (proxy_cache, issue 5): ProxyHooks::intercept runs before anything goes upstream and may
+// Seam for the cache (proxy_cache): ProxyHooks::intercept runs before anything goes upstream and may
 // answer the request from elsewhere (a hit) or call ProxyModule::forward later; ProxyHooks::observe is asked
 // for an UpstreamObserver when a final response head arrives, which then sees the decoded content and learns
 // whether it ended complete (only a complete response may be stored).

@@ -10,7 +10,7 @@
 //     (Host $proxy_host, Connection close; TE, Keep-Alive, Expect and Upgrade empty = removed); a field whose
 //     value expands to "" is not sent;
 //   - body framing chosen by the handler: Content-Length or Transfer-Encoding: chunked, never both
-//     (RFC 9112 §6.1; C01/C02): the client's own Content-Length / Transfer-Encoding are never copied;
+//     (RFC 9112 §6.1): the client's own Content-Length / Transfer-Encoding are never copied;
 //   - then the client's fields (proxy_pass_request_headers on), except: hop-by-hop fields (Connection,
 //     Keep-Alive, TE, Trailer, Transfer-Encoding, Upgrade, Proxy-*; RFC 9110 §7.6.1), every field named in
 //     the client's Connection header, Content-Length, Expect, and any name a proxy field sets.

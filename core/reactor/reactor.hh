@@ -1,4 +1,4 @@
-// The per-core run-to-completion loop (docs: ../shared/notes/architecture.md "The loop").
+// The per-core run-to-completion loop.
 // One Reactor per worker thread, pinned to one CPU, owning one io_uring ring used for both socket I/O and
 // disk I/O. Nothing here is thread-safe: every method is called on the owning core, except
 // Reactor::stop() / wake(), which any thread may call.

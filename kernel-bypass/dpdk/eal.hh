@@ -1,6 +1,6 @@
 // DPDK's Environment Abstraction Layer, initialised once per process (kernel-bypass/ only; nothing in core/
 // includes DPDK headers: this header is plain C++). DPDK is linked statically from Debian's archives with the
-// buses, mempool driver and PMDs under --whole-archive (CMakeLists.txt, ../shared/notes/appliance-recipe.md Q1):
+// buses, mempool driver and PMDs under --whole-archive (CMakeLists.txt: a PMD not linked whole is never registered):
 // their constructors register them before main(), which linked_buses() shows.
 //
 // Host flags that work without hugepages (recipe Q2): `-l 0 --no-huge --no-shconf --no-pci --no-telemetry

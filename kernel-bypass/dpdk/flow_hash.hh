@@ -8,8 +8,8 @@
 //
 // owner(hash) = reta[hash mod reta_size] with reta[i] = i mod cores: the redirection table kosoku programs
 // into an RSS port (port.hh), and the same function the software path applies (steering.hh) and that
-// TcpStack::connect uses to choose source ports whose return traffic lands on the connecting core (F-Stack
-// issue 380). Plain C++ (no DPDK header), so unit tests and the TCP stack can use it.
+// TcpStack::connect uses to choose source ports whose return traffic lands on the connecting core (as
+// F-Stack does). Plain C++ (no DPDK header), so unit tests and the TCP stack can use it.
 #pragma once
 
 #include <array>

@@ -188,7 +188,7 @@ void Tcb::syn_sent_arrives(const TcpSegment& seg) {
   irs_ = h.seq;
   rcv_nxt_ = irs_ + 1;
   // Our SYN's (unscaled, RFC 7323 §2.2) window counts from IRS + 1, unknown when the SYN left: anchor the
-  // advertised right edge here, or RCV.ADV - RCV.NXT is garbage and can refuse all data (issue 4).
+  // advertised right edge here, or RCV.ADV - RCV.NXT is garbage and can refuse all data.
   rcv_adv_ = rcv_nxt_ + std::min<uint32_t>(rcv_space(), 65535);
   take_syn_options(seg.options, true);
   snd_wnd_ = max_snd_wnd_ = h.window;

@@ -14,7 +14,7 @@
 // receive and send buffer sizes per listening socket (`listen ... rcvbuf= sndbuf=`, else TcpConfig's).
 // Across cores: every core runs its own TcpStack listening on the same ports; the DPDK layer steers each
 // 4-tuple to one core (dpdk/flow_hash.hh), and connect() only picks ephemeral ports the FlowOwner accepts, so
-// the return traffic of an outgoing connection lands on the connecting core (F-Stack issue 380).
+// the return traffic of an outgoing connection lands on the connecting core (as F-Stack does).
 // Ephemeral ports (Linux tcp_tw_reuse = 1): connect() takes a free port (a rotating cursor, at most
 // kEphemeralProbes candidates per call); when none is found it takes over the oldest 4-tuple to the same
 // destination that is in TIME-WAIT on our side, if timestamps were negotiated on it and its last segment is
