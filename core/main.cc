@@ -18,6 +18,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/base/log.hh"
+#include "core/cache/cache_conf.hh"
 #include "core/cache/cache_paths.hh"
 #include "core/cache/cache_stats.hh"
 #include "core/cache/purge.hh"
@@ -25,6 +26,7 @@
 #include "core/config/loader.hh"
 #include "core/disk/disk_queue.hh"
 #include "core/net/kernel_stack.hh"
+#include "core/rules/rules_conf.hh"
 #include "core/rules/store.hh"
 #include "core/worker.hh"
 #include "image/console.hh"
@@ -158,7 +160,7 @@ int main(int argc, char** argv) {
     auto check_data = [&](const kosoku::config::MainConf& conf, std::string* error) {
       std::string p = prefix.empty() ? dir_of(conf_path) : prefix;
       if (p.back() != '/') p.push_back('/');
-      return kosoku::rules::check_rules_file(conf.http.rules, p, error);
+      return kosoku::rules::check_rules_file(conf.http.module<kosoku::rules::RulesConf>(), p, error);
     };
     return kosoku::config::test_config(conf_path, std::cout, std::cerr, check_data);
   }
@@ -226,7 +228,7 @@ int main(int argc, char** argv) {
 
   // The proxy caches (core/cache/cache_paths.hh): directories and keys zones, shared by every loop.
   std::unique_ptr<kosoku::cache::CacheRegistry> caches;
-  if (!conf.http.cache.paths.empty()) {
+  if (!conf.http.module<kosoku::cache::CacheHttpConf>().paths.empty()) {
     std::string err;
     caches = kosoku::cache::CacheRegistry::create(conf, prefix, n, time(nullptr), &err);
     if (caches == nullptr) {

@@ -11,7 +11,6 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "core/base/log.hh"
-#include "core/cache/cache_handler.hh"
 #include "core/disk/disk_queue.hh"
 #include "core/disk/open_file_cache.hh"
 #include "core/http/access_logger.hh"
@@ -19,10 +18,7 @@
 #include "core/net/kernel_stack.hh"
 #include "core/net/shared_buffer.hh"
 #include "core/net/stack_factory.hh"
-#include "core/proxy/proxy_handler.hh"
 #include "core/reactor/reactor.hh"
-#include "core/rules/rules_core.hh"
-#include "core/static/static_handler.hh"
 
 namespace kosoku {
 
@@ -164,13 +160,11 @@ void Worker::run() {
     }
     net::Stack& stack = *stack_owner;
     ctx.stack = &stack;
-    static_files::StaticHandler static_handler;
-    rules::RulesCore rules_core(reactor, conf_, prefix_);  // outlives the server: admin requests may wait in it
-    reactor.add_poller(&rules_core);
-    http::HttpServer server(ctx, static_handler);
-    server.add_content_handler(&rules::is_admin_location, &rules_core.admin());
-    proxy::ProxyModule proxy_module(server);  // proxy_pass locations; per-core upstream groups
-    cache::CacheModule cache_module(server, proxy_module, cache::registry());  // proxy_cache, purge, loader
+    http::HttpServer server(ctx);
+    if (!server.init_modules(&error_)) {  // every module's per-core part (core/modules.cc)
+      state_.store(-EINVAL);
+      return;
+    }
     http::AccessLogger logs(reactor, conf_, prefix_);
     int rc = logs.open(&error_);
     if (rc < 0) {

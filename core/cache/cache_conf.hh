@@ -1,9 +1,9 @@
 // Configuration of the proxy cache (nginx's ngx_http_file_cache + the proxy_cache_* directives of
 // ngx_http_proxy_module, ngx_http_split_clients_module, and a purge directive in the shape of
-// ngx_cache_purge / nginx plus), held in the immutable config tree: config/conf.hh includes this file and adds
-// one field to HttpConf (cache paths, split_clients) and one to LocationConf (the per-location settings).
-// The directive table that fills these structs is config/directives_cache.cc; the run-time side is the rest of
-// core/cache/. Durations are milliseconds, sizes bytes, as everywhere in the config tree.
+// ngx_cache_purge / nginx plus), held in the immutable config tree by module (config/module_conf.hh):
+// `http.module<CacheHttpConf>()` (cache paths, split_clients) and `loc.module<CacheLocConf>()` (the
+// per-location settings). The directive table that fills these structs is cache/cache_directives.cc; the
+// run-time side is the rest of core/cache/. Durations are milliseconds, sizes bytes, as everywhere in the config tree.
 //
 //   proxy_cache_path PATH [levels=1:2] keys_zone=NAME:SIZE [inactive=10m] [max_size=S] [use_temp_path=on|off]
 //                    [disk_queue=NAME] [loader_files=100] [loader_threshold=200ms] [loader_sleep=50ms]
@@ -26,12 +26,18 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "core/config/module_conf.hh"
+
 namespace kosoku::config {
 struct Template;  // config/variables.hh
+class Builder;
+struct DirectiveSpec;
+struct Module;
 }
 
 namespace kosoku::cache {
@@ -73,6 +79,7 @@ struct SplitClientsConf {
 };
 
 struct CacheHttpConf {
+  static constexpr config::ConfLevel kLevel = config::ConfLevel::kHttp;
   std::vector<CachePathConf> paths;              // file order
   std::vector<SplitClientsConf> split_clients;   // file order
 
@@ -160,6 +167,7 @@ struct PurgeConf {
 
 /// The per-location cache settings (inherited down like nginx's, each directive on its own).
 struct CacheLocConf {
+  static constexpr config::ConfLevel kLevel = config::ConfLevel::kLocation;
   bool enabled = false;                              // `proxy_cache ZONE|$var` (off: false)
   std::string zone;                                  // a literal zone name
   std::shared_ptr<const config::Template> zone_tpl;  // `proxy_cache $var`: the zone name per request
@@ -195,5 +203,11 @@ struct CacheLocConf {
     return 0;
   }
 };
+
+/// The cache module (cache/cache_module.cc): its descriptor, directive table and load-time hook (zone names
+/// checked against proxy_cache_path, wildcard purge keys; cache/cache_directives.cc).
+config::Module& module();
+std::span<const config::DirectiveSpec> directives();
+bool finalize_conf(config::Builder& b);
 
 }  // namespace kosoku::cache

@@ -166,7 +166,7 @@ RefreshResult refresh_entry(const http::Exchange& ex, const http::Request& req, 
     in.status = old.status;
     in.fields = merged.headers();
     in.request = &req;
-    in.conf = &ex.location().cache;
+    in.conf = &ex.location().module<cache::CacheLocConf>();
     in.request_time = request_time;
     in.response_time = t.now_s;
     d = decide_store(in);
@@ -291,7 +291,7 @@ void BackgroundFill::on_fetch_response(const http::ParsedResponse& resp) {
     }
   }
   NotStored why;
-  if (any_predicate(fetch_->location().cache.no_cache, *fetch_)) return;
+  if (any_predicate(fetch_->location().module<cache::CacheLocConf>().no_cache, *fetch_)) return;
   writer_ = begin_store(*fetch_, fetch_->fetch_request(), path_, key_, hash_key(key_), resp, request_time_, t.now_s,
                         t, &why);
   if (writer_ != nullptr) holds_lock_ = false;
@@ -337,7 +337,7 @@ StoreWriter* begin_store(const http::Exchange& ex, const http::Request& req, Cac
                          const std::string& key, const Hash128& primary, const http::ParsedResponse& resp,
                          int64_t request_time, int64_t now, const StoreWriter::Target& base, NotStored* refusal,
                          StoreWriter::Done done) {
-  const CacheLocConf& cc = ex.location().cache;
+  const CacheLocConf& cc = ex.location().module<cache::CacheLocConf>();
   *refusal = NotStored::kNo;
   StoreInput in;
   in.status = resp.status;

@@ -67,7 +67,6 @@ CacheModule::CacheModule(http::HttpServer& server, proxy::ProxyModule& proxy, Ca
   if (reg_ == nullptr) return;
   counters_ = &reg_->counters(core_);
   proxy_.set_hooks(this);
-  server_.add_content_handler(&CacheModule::is_purge_location, this);
   reactor_.add_poller(this);
   reg_->wake_hub().attach(core_, &reactor_);
   const int workers = std::max(1, server.core().conf->worker_processes);
@@ -167,7 +166,7 @@ std::unique_ptr<proxy::UpstreamObserver> CacheModule::observe(http::Exchange& ex
 }
 
 void CacheModule::handle(http::Exchange& ex) {
-  const PurgeConf& pc = ex.location().cache.purge;
+  const PurgeConf& pc = ex.location().module<cache::CacheLocConf>().purge;
   CachePath* path = reg_ != nullptr ? reg_->find(pc.zone) : nullptr;
   if (path == nullptr || pc.key == nullptr) {
     ex.respond(500);
@@ -178,7 +177,7 @@ void CacheModule::handle(http::Exchange& ex) {
 
 bool CacheModule::intercept(http::Exchange& ex) {
   const config::LocationConf& loc = ex.location();
-  const CacheLocConf& cc = loc.cache;
+  const CacheLocConf& cc = loc.module<cache::CacheLocConf>();
   if (cc.purge.mode == PurgeConf::Mode::kZoneKey) {
     handle(ex);
     return true;

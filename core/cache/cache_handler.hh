@@ -49,7 +49,10 @@ class FetchExchange;
 enum class CacheStatus : uint8_t { kNone, kMiss, kBypass, kExpired, kStale, kUpdating, kRevalidated, kHit };
 std::string_view cache_status_name(CacheStatus s);
 
-class CacheModule final : public proxy::ProxyHooks, public reactor::Poller, public http::ContentHandler {
+class CacheModule final : public proxy::ProxyHooks,
+                          public reactor::Poller,
+                          public http::ContentHandler,
+                          public http::ModuleCore {
  public:
   /// Installs itself on `proxy` and `server` (the content handler of `proxy_cache_purge ZONE KEY` locations),
   /// adds a poller to the loop, attaches the core to the registry's WakeHub and starts the loader/manager of
@@ -61,7 +64,7 @@ class CacheModule final : public proxy::ProxyHooks, public reactor::Poller, publ
   CacheModule& operator=(const CacheModule&) = delete;
 
   static bool is_purge_location(const config::LocationConf& loc) {
-    return loc.cache.purge.mode == PurgeConf::Mode::kZoneKey && !loc.proxy.pass;
+    return loc.module<cache::CacheLocConf>().purge.mode == PurgeConf::Mode::kZoneKey && !loc.module<proxy::ProxyLocationConf>().pass;
   }
 
   // proxy::ProxyHooks
@@ -71,6 +74,7 @@ class CacheModule final : public proxy::ProxyHooks, public reactor::Poller, publ
   bool poll() override;
   // http::ContentHandler: `proxy_cache_purge ZONE KEY` locations.
   void handle(http::Exchange& ex) override;
+  http::ContentHandler* content_handler() override { return this; }
 
   // ---- for CacheState and friends
   proxy::ProxyModule& proxy() { return proxy_; }

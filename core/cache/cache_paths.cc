@@ -109,7 +109,7 @@ void WakeHub::notify(uint64_t mask, const Hash128& h) {
 std::unique_ptr<CacheRegistry> CacheRegistry::create(const config::MainConf& conf, std::string_view prefix,
                                                      int cores, int64_t now_s, std::string* err) {
   std::unique_ptr<CacheRegistry> reg(new CacheRegistry(cores));
-  for (const CachePathConf& p : conf.http.cache.paths) {
+  for (const CachePathConf& p : conf.http.module<cache::CacheHttpConf>().paths) {
     std::string dir = p.path;
     if (dir.empty() || dir[0] != '/') dir = absl::StrCat(prefix, dir);
     std::string failed;

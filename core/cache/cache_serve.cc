@@ -106,8 +106,8 @@ void CacheState::serve(CacheStatus status) {
     return;
   }
   http::ResponseHead& h = ex_.head();
-  proxy::build_response_head(head_resp_, ex_.location().proxy, h);
-  proxy::rewrite_redirects(ex_, ex_.location().proxy, h);  // as on the MISS that stored it (nginx)
+  proxy::build_response_head(head_resp_, ex_.location().module<proxy::ProxyLocationConf>(), h);
+  proxy::rewrite_redirects(ex_, ex_.location().module<proxy::ProxyLocationConf>(), h);  // as on the MISS that stored it (nginx)
   const uint64_t size = m.body_size;
   h.content_length = static_cast<int64_t>(size);
   h.cache_status = cache_status_name(status);

@@ -94,7 +94,7 @@ class CacheState final : public http::ContentState,
   void maybe_release();
   int64_t now_s() const;
   uint64_t now_ms() const;
-  const CacheLocConf& conf() const { return ex_.location().cache; }
+  const CacheLocConf& conf() const { return ex_.location().module<cache::CacheLocConf>(); }
 
   // A response that fills the cache finishes only once its entry is committed (or abandoned), as nginx renames
   // the temp file before it finalizes the request: the next request, on any core, finds the entry.

@@ -9,7 +9,7 @@ bool CacheVariables::get(config::VarId id, std::string_view suffix, std::string&
   using config::VarId;
   switch (id) {
     case VarId::kDeclared: {
-      const SplitClientsConf* sc = ex_.core().conf->http.cache.find_split(suffix);
+      const SplitClientsConf* sc = ex_.core().conf->http.module<cache::CacheHttpConf>().find_split(suffix);
       if (sc == nullptr || depth_ > 8) return false;
       std::string source;
       ++depth_;

@@ -16,7 +16,7 @@ namespace kosoku::cache {
 
 class CacheVariables final : public config::VariableSource {
  public:
-  explicit CacheVariables(const http::Exchange& ex) : ex_(ex), proxy_(ex, ex.location().proxy) {}
+  explicit CacheVariables(const http::Exchange& ex) : ex_(ex), proxy_(ex, ex.location().module<proxy::ProxyLocationConf>()) {}
   bool get(config::VarId id, std::string_view suffix, std::string& out) const override;
 
  private:

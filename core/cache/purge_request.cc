@@ -176,7 +176,7 @@ class PurgeState final : public http::ContentState, public disk::DiskCallback {
 }  // namespace
 
 void start_purge(CacheModule& m, http::Exchange& ex, CachePath& path, const config::Template& key_template) {
-  const PurgeConf& pc = ex.location().cache.purge;
+  const PurgeConf& pc = ex.location().module<cache::CacheLocConf>().purge;
   const bool method_form = pc.mode == PurgeConf::Mode::kMethod;
   CacheVariables vars(ex);
   PurgeKey pk = build_purge_key(key_template, vars, PurgeKeyRules{method_form, pc.wildcard, pc.any_host});

@@ -1,6 +1,6 @@
 // split_clients (ngx_http_split_clients_module): `$variable` takes the value of the part that
 // MurmurHash2(expanded STRING) falls in. nginx's exact hash (ngx_murmur_hash2: MurmurHash2, seed 0 XOR length)
-// and thresholds (config/directives_cache.cc: cumulative percent × 0xffffffff / 10000), so kosoku splits
+// and thresholds (cache/cache_directives.cc: cumulative percent × 0xffffffff / 10000), so kosoku splits
 // clients — and cache keys over several cache paths — exactly as nginx does.
 #pragma once
 

@@ -6,7 +6,7 @@
 // initialisers; setters write the directives of that block and mark their "slot" in `seen`; when the whole
 // tree is read, finalize (config/finalize.cc) merges each unset slot down from the enclosing block with the
 // rows' merge functions, resolves names (disk queues, log formats), groups listen sockets and builds the
-// lookup indexes.
+// lookup indexes, then runs each module's finalize hook (config/module.hh) in registry order.
 #pragma once
 
 #include <memory>
@@ -106,12 +106,14 @@ class Builder {
   std::vector<std::unique_ptr<SrvNode>> servers;
   std::vector<NameRef> aio_refs;         // `aio ...=NAME`, checked against disk_queue names
   std::vector<NameRef> access_log_refs;  // `access_log PATH FORMAT`, checked against log_format names
-  std::vector<NameRef> cache_zone_refs;  // `proxy_cache ZONE`, checked against proxy_cache_path zones
-  std::vector<NameRef> purge_zone_refs;  // `proxy_cache_purge ZONE KEY`, likewise
   std::vector<SourceLoc> disk_queue_locs;  // parallel to main->disk_queues (user-declared ones)
   SourceLoc affinity_loc;                // `worker_cpu_affinity` (for the worker-count check)
   bool affinity_auto = false;            // `worker_cpu_affinity auto [MASK]`
   std::vector<uint64_t> affinity_masks;  // explicit masks, or the `auto` mask (empty: all CPUs)
+
+  /// Modules' own loading state (names to check once the file is read, ...), one object per type
+  /// (config/module_conf.hh); gone with the Builder.
+  ModuleConfs scratch;
 
   std::string error;
   std::vector<std::string> warnings;
@@ -120,14 +122,6 @@ class Builder {
 /// After the walk: merge down, resolve names, group listen sockets, build lookup indexes
 /// (config/finalize.cc). False with b.error set.
 bool finalize(Builder& b);
-
-/// The proxy part of finalize (config/directives_proxy.cc): resolves proxy_pass names to upstream groups
-/// (implicit ones for addresses), builds each location's effective proxy headers and hidden fields.
-bool finalize_proxy(Builder& b);
-
-/// The cache part of finalize (config/directives_cache.cc): checks the zone names of proxy_cache and
-/// proxy_cache_purge against proxy_cache_path.
-bool finalize_cache(Builder& b);
 
 /// The network backend part of finalize (config/directives_dpdk.cc): `network dpdk` needs a complete dpdk
 /// block, one worker and IPv4 listen addresses; a dpdk block needs `network dpdk`.

@@ -3,6 +3,9 @@
 // Every field holds its *effective* value: the loader merges each directive down from main → http → server →
 // location and applies nginx's default in the same step, so readers never look at parents.
 // Durations are milliseconds, sizes are bytes.
+//
+// The structs here hold what the core (config, http, net, reactor) reads. A module's configuration is not a
+// field of them: each block keeps it by module (config/module_conf.hh), `loc.module<cache::CacheLocConf>()`.
 #pragma once
 
 #include <netinet/in.h>
@@ -16,10 +19,8 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
-#include "core/rules/rules_conf.hh"
+#include "core/config/module_conf.hh"
 #include "core/config/network_conf.hh"
-#include "core/proxy/proxy_conf.hh"
-#include "core/cache/cache_conf.hh"
 
 namespace re2 {
 class RE2;
@@ -28,6 +29,7 @@ class RE2;
 namespace kosoku::config {
 
 struct Template;      // config/variables.hh: a compiled string with $variables
+struct Module;        // config/module.hh
 struct LocationConf;
 struct ServerConf;
 
@@ -80,7 +82,7 @@ struct ListenConf {
   int sndbuf = -1;
 };
 
-/// A `allow`/`deny` rule (http, server, location), evaluated in order; first match wins; no match → allow.
+/// An `allow`/`deny` rule (core/access/) or a `proxy_cache_purge ... from` address: `all` or ADDR/PREFIX.
 struct AccessRule {
   bool allow = true;
   bool all = false;       // `all`: matches every address
@@ -168,18 +170,22 @@ struct LocationConf {
   std::vector<AddHeader> add_header;
   bool etag = true;
   IfModifiedSince if_modified_since = IfModifiedSince::kExact;
-  std::vector<AccessRule> access;
   ReturnConf ret;
   AioMode aio = AioMode::kIoUring;
   std::string aio_queue = "default";          // a DiskQueueConf name
   OpenFileCacheConf open_file_cache;
-  bool status = false;                        // `status;`: this location serves the stats page
-  bool cache_rules_admin = false;             // `cache_rules_admin;`: the rules admin API (core/rules/)
-  proxy::ProxyLocationConf proxy;             // proxy_pass and proxy_* (proxy/proxy_conf.hh)
-  cache::CacheLocConf cache;                  // proxy_cache* and proxy_cache_purge (cache/cache_conf.hh)
+  ModuleConfs modules;                        // location-level module confs (module<T>())
+  /// The module whose content handler serves this location (config/module.hh), resolved once the file is
+  /// read; null only for a conf built without the loader (the static files then).
+  const Module* content = nullptr;
 
   std::vector<LocationConf> locations;        // nested locations, in file order
   LocationIndex nested_index;                 // over `locations` (built by the loader)
+
+  template <ModuleConf T>
+  const T& module() const { return modules.get<T>(); }
+  template <ModuleConf T>
+  T& module() { return modules.get<T>(); }
 };
 
 struct ServerConf {
@@ -195,6 +201,12 @@ struct ServerConf {
   std::vector<LocationConf> locations;        // top-level locations, in file order
   LocationIndex location_index;               // over `locations` (built by the loader)
   SourceLoc loc;
+  ModuleConfs modules;                        // server-level module confs (module<T>())
+
+  template <ModuleConf T>
+  const T& module() const { return modules.get<T>(); }
+  template <ModuleConf T>
+  T& module() { return modules.get<T>(); }
 
   /// nginx's location choice (ngx_http_core_find_location): exact `=` match wins at once; else the longest
   /// prefix match; if it is `^~` use it; else the first matching regex in file order (searched inside the
@@ -243,9 +255,12 @@ struct HttpConf {
   std::vector<std::unique_ptr<ServerConf>> servers;
   std::vector<ListenSocket> listen_sockets;   // grouped by address
   std::vector<LogFormatConf> log_formats;     // always contains "combined"
-  rules::RulesConf rules;                     // `cache_rules_*` (core/rules/rules_conf.hh)
-  proxy::ProxyHttpConf proxy;                 // upstream blocks (proxy/proxy_conf.hh)
-  cache::CacheHttpConf cache;                 // proxy_cache_path, split_clients (cache/cache_conf.hh)
+  ModuleConfs modules;                        // http-level module confs (module<T>())
+
+  template <ModuleConf T>
+  const T& module() const { return modules.get<T>(); }
+  template <ModuleConf T>
+  T& module() { return modules.get<T>(); }
 };
 
 /// `appliance { ... }` (main): settings used only when kosoku runs as PID 1 of the appliance image
@@ -279,6 +294,12 @@ struct MainConf {
   ApplianceConf appliance;
   NetworkConf network;                        // `network kernel|dpdk;` + `dpdk { }` (config/network_conf.hh)
   HttpConf http;
+  ModuleConfs modules;                        // main-level module confs (module<T>())
+
+  template <ModuleConf T>
+  const T& module() const { return modules.get<T>(); }
+  template <ModuleConf T>
+  T& module() { return modules.get<T>(); }
 
   const DiskQueueConf* find_disk_queue(std::string_view name) const;
   const LogFormatConf* find_log_format(std::string_view name) const;

@@ -1,13 +1,14 @@
 // A directive table row, nginx's ngx_command_t in typed C++ (style-anchors §1): one row per directive
 // with its name, the contexts it may appear in, its argument count, a typed setter, and how it is
-// inherited (its merge function) next to its default. Each module keeps its rows in its own table file
-// (directives_core.cc, directives_http.cc, directives_appliance.cc, ...); config/loader.cc lists the
-// tables in kDirectiveTables, the one line a new module adds.
+// inherited (its merge function) next to its default. Each module keeps its rows in its own folder and names
+// its table in its Module descriptor (config/module.hh); the loader finds every row through the module
+// registry, so a module's directive is added by editing only that module's folder.
 //
-// Setters write typed fields through member pointers (`set_flag<&LocationConf::etag>`); there is no void*
-// and no offsetof. "Unset" is not stored in the conf structs: a block records which slots it set (Seen),
-// and finalize copies every unset slot from the enclosing block with the row's merge function, so the
-// conf.hh initialisers are the defaults at the outermost level (nginx's ngx_conf_merge_*_value).
+// Setters write typed fields through member pointers (`set_flag<&LocationConf::etag>`, and the same for a
+// module's conf: `set_flag<&cache::CacheLocConf::lock>` writes the block's CacheLocConf, config/module_conf.hh);
+// there is no void* and no offsetof. "Unset" is not stored in the conf structs: a block records which slots it
+// set (Seen), and finalize copies every unset slot from the enclosing block with the row's merge function, so
+// the conf initialisers are the defaults at the outermost level (nginx's ngx_conf_merge_*_value).
 // Generic checks done before any setter: unknown directive, wrong context ("is not allowed here"),
 // `;` vs `{`, argument count, duplicates ("is duplicate") for rows without kMulti.
 #pragma once
@@ -18,6 +19,7 @@
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "core/config/build.hh"
@@ -70,19 +72,16 @@ struct DirectiveSpec {
 /// The slot a row marks in its block.
 inline std::string_view slot_of(const DirectiveSpec& row) { return row.slot.empty() ? row.name : row.slot; }
 
-/// Every table, in registry order (config/loader.cc). Names are unique across tables (unit-tested).
-std::span<const std::span<const DirectiveSpec>> directive_tables();
+/// Every module's table, in registry order (config/module.hh). Names are unique across tables (unit-tested).
+std::vector<std::span<const DirectiveSpec>> directive_tables();
 /// The row named `name`, or null.
 const DirectiveSpec* find_directive(std::string_view name);
 
-// Module tables (one per directives_*.cc file).
+// The core's own tables (config/directives_*.cc), named by the core module descriptors (config/module.cc).
 std::span<const DirectiveSpec> core_directives();
 std::span<const DirectiveSpec> http_directives();
 std::span<const DirectiveSpec> http_server_directives();
 std::span<const DirectiveSpec> appliance_directives();
-std::span<const DirectiveSpec> rules_directives();
-std::span<const DirectiveSpec> proxy_directives();  // directives_proxy.cc
-std::span<const DirectiveSpec> cache_directives();  // directives_cache.cc
 std::span<const DirectiveSpec> dpdk_directives();   // directives_dpdk.cc
 
 // ---- typed setters and merge functions ----
@@ -98,7 +97,12 @@ struct MemberOf<T C::*> {
 /// The object of class C that the scope's directives write.
 template <class C>
 C& target(Scope& s) {
-  if constexpr (std::is_same_v<C, LocationConf>) {
+  if constexpr (ModuleConf<C>) {
+    if constexpr (C::kLevel == ConfLevel::kLocation) return s.loc->template module<C>();
+    if constexpr (C::kLevel == ConfLevel::kServer) return s.srv->template module<C>();
+    if constexpr (C::kLevel == ConfLevel::kHttp) return s.main->http.template module<C>();
+    if constexpr (C::kLevel == ConfLevel::kMain) return s.main->template module<C>();
+  } else if constexpr (std::is_same_v<C, LocationConf>) {
     return *s.loc;
   } else if constexpr (std::is_same_v<C, ServerConf>) {
     return *s.srv;
@@ -178,11 +182,49 @@ bool set_string(Builder& b, Scope& s, const Directive& d) {
 /// Accepts the arguments and stores nothing (documented no-op directives); validates on|off.
 bool set_ignored_flag(Builder& b, Scope& s, const Directive& d);
 
-/// merge: copy the field from the enclosing block (nginx's ngx_conf_merge_value with the default already
-/// sitting in the outermost block).
-template <auto M>
-void inherit(typename MemberOf<decltype(M)>::Class& child, const typename MemberOf<decltype(M)>::Class& parent) {
-  child.*M = parent.*M;
+/// The block type that holds an object of class C during merging: C itself for the core structs, the
+/// LocationConf / ServerConf for a module's location- / server-level conf.
+template <class C>
+struct MergeHost {
+  using type = C;
+};
+template <ModuleConf C>
+struct MergeHost<C> {
+  static_assert(C::kLevel == ConfLevel::kLocation || C::kLevel == ConfLevel::kServer,
+                "only location and server confs are merged down");
+  using type = std::conditional_t<C::kLevel == ConfLevel::kLocation, LocationConf, ServerConf>;
+};
+template <class C>
+using MergeHostOf = typename MergeHost<C>::type;
+
+/// The C inside block `host` (the block itself for a core struct).
+template <class C>
+C& conf_in(MergeHostOf<C>& host) {
+  if constexpr (ModuleConf<C>) {
+    return host.template module<C>();
+  } else {
+    return host;
+  }
+}
+template <class C>
+const C& conf_in(const MergeHostOf<C>& host) {
+  if constexpr (ModuleConf<C>) {
+    return host.template module<C>();
+  } else {
+    return host;
+  }
+}
+
+/// merge: copy the field(s) from the enclosing block (nginx's ngx_conf_merge_value with the default already
+/// sitting in the outermost block). Several members of one class merge as one slot (`proxy_buffers N SIZE`).
+template <auto M, auto... More>
+void inherit(MergeHostOf<typename MemberOf<decltype(M)>::Class>& child,
+             const MergeHostOf<typename MemberOf<decltype(M)>::Class>& parent) {
+  using C = typename MemberOf<decltype(M)>::Class;
+  C& c = conf_in<C>(child);
+  const C& p = conf_in<C>(parent);
+  c.*M = p.*M;
+  ((c.*More = p.*More), ...);
 }
 
 }  // namespace kosoku::config

@@ -1,11 +1,11 @@
 // Location-level HTTP directives (allowed in http, server and location unless noted): files, timeouts,
-// limits, logging, headers, access rules, disk I/O and the status page. nginx modules they come from:
-// ngx_http_core_module, ngx_http_index_module, ngx_http_log_module, ngx_http_headers_module,
-// ngx_http_access_module, ngx_http_rewrite_module (`return`).
+// limits, logging, headers and disk I/O. nginx modules they come from: ngx_http_core_module,
+// ngx_http_index_module, ngx_http_log_module, ngx_http_headers_module, ngx_http_rewrite_module (`return`).
+// allow/deny are the access module's (core/access/).
 //
 // Inheritance follows nginx's merge functions: a block that sets none of a slot's directives takes the
-// enclosing block's value; lists (index, add_header, access_log, allow/deny) are inherited whole and only
-// when the block has none of their own. Not inherited: try_files, return, status (as in nginx, they act
+// enclosing block's value; lists (index, add_header, access_log) are inherited whole and only
+// when the block has none of their own. Not inherited: try_files, return (as in nginx, they act
 // only where written; the engine checks the server's `base.ret` before choosing a location, nginx's
 // server-rewrite phase).
 //
@@ -280,20 +280,6 @@ bool set_if_modified_since(Builder& b, Scope& s, const Directive& d) {
   return true;
 }
 
-// `allow ADDR[/N] | all;` `deny ...;` one ordered list (slot "access").
-bool set_access(Builder& b, Scope& s, const Directive& d) {
-  AccessRule r;
-  r.allow = d.name == "allow";
-  bool host_bits = false;
-  const std::string& v = d.args[0].value;
-  if (v.rfind("unix:", 0) == 0 || !parse_access_rule(v, &r, &host_bits)) {
-    return b.fail(d.args[0].loc, absl::StrCat("invalid parameter ", quoted(v)));
-  }
-  if (host_bits) b.warn(d.args[0].loc, absl::StrCat("low address bits of ", v, " are meaningless"));
-  s.loc->access.push_back(r);
-  return true;
-}
-
 // `aio io_uring[=QUEUE] | threads[=QUEUE] | on | off;` (`on` = io_uring). QUEUE names a disk_queue
 // (checked once the whole file is read: disk_queue lines may follow).
 bool set_aio(Builder& b, Scope& s, const Directive& d) {
@@ -316,11 +302,6 @@ bool set_aio(Builder& b, Scope& s, const Directive& d) {
   }
   s.loc->aio_queue = std::string(queue);
   if (eq != std::string_view::npos) b.aio_refs.push_back(NameRef{std::string(queue), d.args[0].loc});
-  return true;
-}
-
-bool set_status(Builder&, Scope& s, const Directive&) {
-  s.loc->status = true;
   return true;
 }
 
@@ -403,10 +384,6 @@ constexpr DirectiveSpec kHttpDirectives[] = {
      .merge_loc = inherit<&LocationConf::etag>, .default_value = "on"},
     {.name = "if_modified_since", .contexts = kCtxHttpAny, .args = kTake1, .set = set_if_modified_since,
      .merge_loc = inherit<&LocationConf::if_modified_since>, .default_value = "exact"},
-    {.name = "allow", .contexts = kCtxHttpAny, .args = kTake1, .flags = kMulti, .set = set_access,
-     .merge_loc = inherit<&LocationConf::access>, .slot = "access"},
-    {.name = "deny", .contexts = kCtxHttpAny, .args = kTake1, .flags = kMulti, .set = set_access,
-     .merge_loc = inherit<&LocationConf::access>, .slot = "access"},
     {.name = "aio", .contexts = kCtxHttpAny, .args = kTake1, .set = set_aio,
      .merge_loc =
          [](LocationConf& c, const LocationConf& p) {
@@ -414,7 +391,6 @@ constexpr DirectiveSpec kHttpDirectives[] = {
            c.aio_queue = p.aio_queue;
          },
      .default_value = "io_uring"},
-    {.name = "status", .contexts = kCtxLocation, .args = kNoArgs, .set = set_status},
     {.name = "sendfile", .contexts = kCtxHttpAny, .args = kTake1, .set = set_ignored_flag},
     {.name = "tcp_nopush", .contexts = kCtxHttpAny, .args = kTake1, .set = set_ignored_flag},
     {.name = "tcp_nodelay", .contexts = kCtxHttpAny, .args = kTake1, .set = set_ignored_flag},

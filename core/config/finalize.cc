@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/config/build.hh"
 #include "core/config/directive.hh"
+#include "core/config/module.hh"
 #include "core/config/values.hh"
 #include "core/config/variables.hh"
 
@@ -28,19 +29,31 @@ constexpr std::string_view kCombined =
     "\"$http_user_agent\"";
 
 void merge_loc_slots(LocationConf& child, const Seen& seen, const LocationConf& parent) {
-  for (std::span<const DirectiveSpec> table : directive_tables()) {
-    for (const DirectiveSpec& row : table) {
+  for (const Module* m : modules()) {
+    for (const DirectiveSpec& row : m->directives) {
       if (row.merge_loc && !seen.has(slot_of(row))) row.merge_loc(child, parent);
     }
   }
 }
 
 void merge_srv_slots(ServerConf& child, const Seen& seen, const ServerConf& parent) {
-  for (std::span<const DirectiveSpec> table : directive_tables()) {
-    for (const DirectiveSpec& row : table) {
+  for (const Module* m : modules()) {
+    for (const DirectiveSpec& row : m->directives) {
       if (row.merge_srv && !seen.has(slot_of(row))) row.merge_srv(child, parent);
     }
   }
+}
+
+// The content phase handler of each location (nginx sets it from a location directive): the first module in
+// registry order whose predicate accepts the location.
+void resolve_content(LocationConf& loc) {
+  for (const Module* m : modules()) {
+    if (m->content != nullptr && m->content(loc)) {
+      loc.content = m;
+      break;
+    }
+  }
+  for (LocationConf& l : loc.locations) resolve_content(l);
 }
 
 void merge_tree(LocNode& node) {
@@ -165,9 +178,13 @@ bool finalize(Builder& b) {
     build_index(srv.locations, &srv.location_index);
     m.http.servers.push_back(std::move(node->conf));
   }
-  if (!finalize_proxy(b)) return false;
-  if (!finalize_dpdk(b)) return false;
-  if (!finalize_cache(b)) return false;
+  for (const Module* mod : modules()) {
+    if (mod->finalize != nullptr && !mod->finalize(b)) return false;
+  }
+  for (auto& srv : m.http.servers) {
+    resolve_content(srv->base);
+    for (LocationConf& l : srv->locations) resolve_content(l);
+  }
   return group_listen_sockets(b);
 }
 

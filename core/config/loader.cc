@@ -1,6 +1,5 @@
 #include "core/config/loader.hh"
 
-#include <array>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
@@ -8,23 +7,24 @@
 #include "core/config/build.hh"
 #include "core/config/directive.hh"
 #include "core/config/lexer.hh"
+#include "core/config/module.hh"
 #include "core/config/parser.hh"
 
 namespace kosoku::config {
 
-// The directive-table registry: a new module adds its table here (one line).
-std::span<const std::span<const DirectiveSpec>> directive_tables() {
-  static const std::array<std::span<const DirectiveSpec>, 8> kDirectiveTables = {
-      core_directives(),
-      http_server_directives(),
-      http_directives(),
-      appliance_directives(),
-      proxy_directives(),
-      cache_directives(),
-      dpdk_directives(),
-      rules_directives(),
-  };
-  return kDirectiveTables;
+std::vector<std::span<const DirectiveSpec>> directive_tables() {
+  std::vector<std::span<const DirectiveSpec>> tables;
+  for (const Module* m : modules()) {
+    if (!m->directives.empty()) tables.push_back(m->directives);
+  }
+  return tables;
+}
+
+const Module* find_module(std::string_view name) {
+  for (const Module* m : modules()) {
+    if (m->name == name) return m;
+  }
+  return nullptr;
 }
 
 const DirectiveSpec* find_directive(std::string_view name) {

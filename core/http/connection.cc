@@ -460,8 +460,35 @@ void HttpConnection::log_request() {
   srv_.access_log->log(*loc_, *this, status_, body_bytes_ + out_head_len_, body_bytes_, request_time);
 }
 
-HttpServer::HttpServer(const CoreContext& core, ContentHandler& static_handler)
-    : core_(core), static_handler_(static_handler) {}
+HttpServer::HttpServer(const CoreContext& core) : core_(core) {}
+
+HttpServer::~HttpServer() {
+  while (!cores_.empty()) cores_.pop_back();  // reverse registry order: a module may use the ones before it
+}
+
+bool HttpServer::init_modules(std::string* error) {
+  std::span<config::Module* const> mods = config::modules();
+  cores_.resize(mods.size());
+  handlers_.assign(mods.size(), nullptr);
+  for (const config::Module* m : mods) {
+    for (const PhaseHandler& h : m->phases) phase_handlers_[static_cast<size_t>(h.phase)].push_back(h);
+  }
+  for (const config::Module* m : mods) {
+    if (m->init_core == nullptr) continue;
+    std::string err;
+    cores_[m->index] = m->init_core(*this, &err);
+    if (cores_[m->index] == nullptr) {
+      if (err.empty()) continue;
+      *error = absl::StrCat("module \"", m->name, "\": ", err);
+      return false;
+    }
+    if (ContentHandler* h = cores_[m->index]->content_handler()) {
+      handlers_[m->index] = h;
+      fallback_ = m->index;
+    }
+  }
+  return true;
+}
 
 namespace {
 constexpr size_t kFreeFieldTables = 256;  // per core: 1 MB at most

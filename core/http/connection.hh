@@ -7,10 +7,14 @@
 #pragma once
 
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
+#include "core/config/module.hh"
 #include "core/http/exchange.hh"
+#include "core/http/module_core.hh"
+#include "core/http/phase.hh"
 #include "core/net/stream.hh"
 
 namespace kosoku::http {
@@ -20,25 +24,30 @@ class AccessLogSink;
 /// One per core: accepts streams and creates a connection for each.
 class HttpServer final : public net::AcceptHandler {
  public:
-  HttpServer(const CoreContext& core, ContentHandler& static_handler);
+  explicit HttpServer(const CoreContext& core);
+  ~HttpServer();
   net::StreamHandler* on_accept(net::Stream& s, const config::ListenSocket& listen) override;
   size_t reclaim_idle(size_t max) override;
 
   const CoreContext& core() const { return core_; }
-  ContentHandler& static_handler() { return static_handler_; }
 
-  /// Content handler registry (nginx: the content phase handler set by a location directive such as
-  /// proxy_pass). The first registered handler whose predicate accepts the location runs; the static handler
-  /// is the fallback. Register before the loop starts.
-  using LocationPredicate = bool (*)(const config::LocationConf& loc);
-  void add_content_handler(LocationPredicate applies, ContentHandler* handler) {
-    handlers_.push_back({applies, handler});
+  /// Creates every module's per-core part (config::modules() order; Module::init_core). Call once, on the
+  /// loop's thread, before the loop starts. False with *error set when a module cannot start.
+  bool init_modules(std::string* error);
+  /// Module `m`'s per-core part, or null (no per-core part, or not created yet).
+  ModuleCore* module_core(const config::Module& m) const {
+    return m.index < cores_.size() ? cores_[m.index].get() : nullptr;
   }
-  ContentHandler& content_handler(const config::LocationConf& loc) {
-    for (const auto& [applies, h] : handlers_) {
-      if (applies(loc)) return *h;
-    }
-    return static_handler_;
+  /// The content handler the configuration chose for `loc` (LocationConf::content, resolved at load; nginx's
+  /// content phase handler set by a location directive such as proxy_pass).
+  ContentHandler& content_handler(const config::LocationConf& loc) const {
+    ContentHandler* h = loc.content != nullptr ? handlers_[loc.content->index] : nullptr;
+    return h != nullptr ? *h : *handlers_[fallback_];
+  }
+  /// Every module's handlers of `phase` (config/module.hh: Module::phases), in registry order; flattened once
+  /// by init_modules.
+  std::span<const PhaseHandler> phase_handlers(Phase phase) const {
+    return phase_handlers_[static_cast<size_t>(phase)];
   }
   /// Graceful shutdown: idle keep-alive connections close now, busy ones after their current response.
   void begin_shutdown();
@@ -71,8 +80,10 @@ class HttpServer final : public net::AcceptHandler {
 
  private:
   CoreContext core_;
-  ContentHandler& static_handler_;
-  std::vector<std::pair<LocationPredicate, ContentHandler*>> handlers_;
+  std::vector<std::unique_ptr<ModuleCore>> cores_;  // by Module::index
+  std::vector<ContentHandler*> handlers_;           // by Module::index; null: the module serves no location
+  size_t fallback_ = 0;
+  std::vector<PhaseHandler> phase_handlers_[static_cast<size_t>(Phase::kLog) + 1];  // by Phase  // the last module with a content handler (static files): for a conf built by hand
   std::vector<std::unique_ptr<HeaderField[]>> free_fields_;
   bool shutting_down_ = false;
 };

@@ -18,6 +18,7 @@
 #include "core/http/connection.hh"
 #include "core/http/exchange.hh"
 #include "core/http/parser.hh"
+#include "core/http/phase.hh"
 #include "core/net/stream.hh"
 #include "core/reactor/reactor.hh"
 #include "core/stats/counters.hh"
@@ -120,6 +121,7 @@ class HttpConnection final : public net::StreamHandler,
     }
     return remote_addr_;
   }
+  const sockaddr* peer_addr() const override { return stream_ != nullptr ? stream_->peer() : nullptr; }
   uint16_t server_port() const override { return server_port_; }
   uint64_t connection_id() const override { return id_; }
   uint64_t connection_requests() const override { return requests_; }
@@ -279,7 +281,8 @@ class HttpConnection final : public net::StreamHandler,
   void log_request();
   // connection_phases.cc
   void run_phases();
-  void serve_status();
+  /// Runs the modules' handlers of `phase` (HttpServer::phase_handlers); true when one answered.
+  bool run_module_phases(Phase phase);
   void do_return(const config::ReturnConf& ret);
   std::string_view content_type_for_uri() const;
 

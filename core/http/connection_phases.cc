@@ -1,59 +1,25 @@
 // HttpConnection's request phases (nginx's phase engine, ngx_http_core_module): the server-level `return`
 // (SERVER_REWRITE), the location (FIND_CONFIG), the body-size and Expect checks, allow/deny (ACCESS) and the
-// content handler; plus the answers the connection gives itself: `return CODE [TEXT|URL]` and the `status`
-// location. The class is declared in connection_impl.hh.
+// content handler the configuration chose for the location; plus the answer the connection gives itself:
+// `return CODE [TEXT|URL]`. The class is declared in connection_impl.hh.
 #include <arpa/inet.h>
 
 #include <cstring>
 
 #include "absl/strings/ascii.h"
-#include "absl/strings/match.h"
 #include "core/base/log.hh"
 #include "core/http/connection_impl.hh"
 #include "core/http/uri.hh"
 #include "core/http/variables.hh"
-#include "core/stats/export.hh"
 
 namespace kosoku::http {
 
-namespace {
-
-bool addr_matches(const config::AccessRule& r, const sockaddr* sa) {
-  if (r.all) return true;
-  const uint8_t* a = nullptr;
-  int family = sa->sa_family;
-  uint8_t mapped[4];
-  if (family == AF_INET) {
-    a = reinterpret_cast<const uint8_t*>(&reinterpret_cast<const sockaddr_in*>(sa)->sin_addr);
-  } else if (family == AF_INET6) {
-    const auto* in6 = &reinterpret_cast<const sockaddr_in6*>(sa)->sin6_addr;
-    if (IN6_IS_ADDR_V4MAPPED(in6) && r.family == AF_INET) {
-      std::memcpy(mapped, &in6->s6_addr[12], 4);
-      a = mapped;
-      family = AF_INET;
-    } else {
-      a = in6->s6_addr;
-    }
-  } else {
-    return false;
+bool HttpConnection::run_module_phases(Phase phase) {
+  for (const PhaseHandler& h : srv_.phase_handlers(phase)) {
+    if (h.run(*this) == PhaseResult::kDone) return true;
   }
-  if (family != r.family) return false;
-  int bits = r.prefix;
-  for (int i = 0; bits > 0; ++i, bits -= 8) {
-    uint8_t mask = bits >= 8 ? 0xff : static_cast<uint8_t>(0xff << (8 - bits));
-    if ((a[i] & mask) != r.addr[i]) return false;
-  }
-  return true;
+  return false;
 }
-
-bool access_allowed(const config::LocationConf& loc, const sockaddr* peer) {
-  for (const config::AccessRule& r : loc.access) {
-    if (addr_matches(r, peer)) return r.allow;
-  }
-  return true;
-}
-
-}  // namespace
 
 void HttpConnection::run_phases() {
   NormalizeResult nr = normalize_path(req_.path, uri_);
@@ -91,19 +57,15 @@ void HttpConnection::run_phases() {
     return;
   }
 
-  // ACCESS phase: allow/deny.
-  if (!loc_->access.empty() && !access_allowed(*loc_, stream_->peer())) {
-    KOSOKU_LOG(kError, "access forbidden by rule, client: %s, request: \"%s %s\"", stream_->peer_text(),
-               req_.method_text, base::log_escaped(req_.target));
-    respond(403, {}, {});
-    return;
-  }
+  // The modules' REWRITE and ACCESS phase handlers (allow/deny: core/access/).
+  if (run_module_phases(Phase::kRewrite) || run_module_phases(Phase::kAccess)) return;
   // A request body is never read by the handlers below: refuse 100-continue and close after the answer if the
   // client is waiting for permission, otherwise discard the body after the response.
   if (req_.body != BodyFraming::kNone && req_.expect_100_continue) keep_alive_ = false;
 
+  // CONTENT phase: the handler the configuration chose for the location (config/module.hh), or `return`.
   ContentHandler& handler = srv_.content_handler(*loc_);
-  if (&handler == &srv_.static_handler() || loc_->ret.code != 0) {
+  if (!handler.reads_body() || loc_->ret.code != 0) {
     // These answers never read the body: drop what has already arrived first (as nginx's
     // ngx_http_discard_request_body), so a malformed body is answered 400 instead of a response that
     // promises keep-alive and then closes.
@@ -117,46 +79,7 @@ void HttpConnection::run_phases() {
     do_return(loc_->ret);
     return;
   }
-  if (&handler != &srv_.static_handler()) {
-    handler.handle(*this);  // e.g. proxy_pass: every method goes to the handler
-    return;
-  }
-  if (req_.method == Method::kOther) {
-    // RFC 9110 §9.1: a method the server does not recognise is 501 (a known one it refuses is 405).
-    respond(501, {}, {});
-    return;
-  }
-  if (req_.method != Method::kGet && req_.method != Method::kHead) {
-    head_.extra.assign("Allow: GET, HEAD\r\n");
-    respond(405, {}, {});
-    return;
-  }
-  if (loc_->status) {
-    serve_status();
-    return;
-  }
   handler.handle(*this);
-}
-
-// `status;` (like nginx's stub_status): every core's counters, aggregated on demand. Format by
-// ?format=json|prometheus|text (default text, nginx stub_status-compatible first lines).
-void HttpConnection::serve_status() {
-  stats::Snapshot snap = stats::aggregate(*core_.all_stats, core_.reactor->wall_time());
-  stats::add_extra(snap);
-  std::string_view args = req_.query;
-  std::string body;
-  std::string_view type = "text/plain";
-  if (absl::StrContains(args, "format=json")) {
-    body = stats::render_json(snap);
-    type = "application/json";
-  } else if (absl::StrContains(args, "format=prom")) {
-    body = stats::render_prometheus(snap);
-    type = "text/plain; version=0.0.4";
-  } else {
-    body = stats::render_text(snap);
-  }
-  head_.extra.assign("Cache-Control: no-cache\r\n");
-  respond(200, body, type);
 }
 
 // `return CODE [TEXT|URL]` (ngx_http_rewrite_module): redirects for 301/302/303/307/308, else a response with

@@ -4,6 +4,8 @@
 // produces the response through this interface and calls finish() exactly once.
 #pragma once
 
+#include <sys/socket.h>
+
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -138,6 +140,8 @@ class Exchange {
   virtual const CoreContext& core() const = 0;
   /// The client's address as text ($remote_addr) and the connection's counters.
   virtual std::string_view remote_addr() const = 0;
+  /// The client's address (AF_INET / AF_INET6), for address checks; null when unknown.
+  virtual const sockaddr* peer_addr() const { return nullptr; }
   virtual uint16_t server_port() const = 0;
   virtual uint64_t connection_id() const = 0;
   virtual uint64_t connection_requests() const = 0;
@@ -195,6 +199,10 @@ class ContentHandler {
  public:
   virtual ~ContentHandler() = default;
   virtual void handle(Exchange& ex) = 0;
+  /// Whether the handler may read the request body (Exchange::read_body). One that never does (static files,
+  /// the status page) gets the request after what has already arrived of the body was discarded, so a
+  /// malformed body is answered 400 instead of a response that promises keep-alive and then closes.
+  virtual bool reads_body() const { return true; }
 };
 
 }  // namespace kosoku::http

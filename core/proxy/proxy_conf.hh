@@ -1,7 +1,7 @@
 // Configuration of the reverse proxy (nginx's ngx_http_upstream_module and ngx_http_proxy_module), held in the
-// immutable config tree: config/conf.hh includes this file and adds one field each to HttpConf (the upstream
-// groups) and LocationConf (the proxy_* directives). The directive table that fills these structs is
-// config/directives_proxy.cc; the run-time side is proxy/upstream.hh and proxy/proxy_handler.hh.
+// immutable config tree by module (config/module_conf.hh): `http.module<ProxyHttpConf>()` (the upstream groups)
+// and `loc.module<ProxyLocationConf>()` (the proxy_* directives). The directive table that fills these structs
+// is proxy/proxy_directives.cc; the run-time side is proxy/upstream.hh and proxy/proxy_handler.hh.
 // Durations are milliseconds, sizes bytes, as everywhere in the config tree.
 #pragma once
 
@@ -10,12 +10,18 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "core/config/module_conf.hh"
+
 namespace kosoku::config {
 struct Template;  // config/variables.hh
+class Builder;
+struct DirectiveSpec;
+struct Module;
 }
 namespace re2 {
 class RE2;
@@ -67,7 +73,8 @@ struct UpstreamConf {
 };
 
 struct ProxyHttpConf {
-  std::vector<std::unique_ptr<UpstreamConf>> upstreams;  // explicit blocks first, then implicit groups
+  static constexpr config::ConfLevel kLevel = config::ConfLevel::kHttp;
+  std::vector<std::shared_ptr<UpstreamConf>> upstreams;  // explicit blocks first, then implicit groups
 };
 
 /// `proxy_set_header NAME VALUE;` VALUE may contain variables; an empty expansion removes the field.
@@ -114,6 +121,7 @@ enum NextUpstream : uint32_t {
 };
 
 struct ProxyLocationConf {
+  static constexpr config::ConfLevel kLevel = config::ConfLevel::kLocation;
   // `proxy_pass http://NAME[:PORT][/URI];` (location; not inherited, as in nginx).
   bool pass = false;
   std::string pass_url;           // as written
@@ -172,5 +180,11 @@ struct ProxyLocationConf {
   std::vector<ProxyRedirect> redirect;
   bool redirect_off = false;                // `proxy_redirect off`
 };
+
+/// The proxy module (proxy/proxy_module.cc): its descriptor, directive table and load-time hook (proxy_pass
+/// names resolved to upstream groups, effective headers, buffer checks; proxy/proxy_directives.cc).
+config::Module& module();
+std::span<const config::DirectiveSpec> directives();
+bool finalize_conf(config::Builder& b);
 
 }  // namespace kosoku::proxy

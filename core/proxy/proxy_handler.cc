@@ -19,7 +19,7 @@ namespace kosoku::proxy {
 void ProxyState::start() {
   if (predecessor_ != nullptr && ex_.pending_output() == 0) predecessor_.reset();
   loc_ = &ex_.location();
-  conf_ = &loc_->proxy;
+  conf_ = &loc_->module<proxy::ProxyLocationConf>();
   group_ = &mod_.group(*conf_->upstream);
   const http::Request& req = ex_.request();
   reactor::Reactor& r = mod_.reactor();

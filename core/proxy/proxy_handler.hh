@@ -86,11 +86,10 @@ class ProxyHooks {
   ~ProxyHooks() = default;
 };
 
-/// One per core: the proxy content handler, the core's upstream groups and their keepalive caches.
-/// Construct it after the HttpServer (it registers itself as the content handler of `proxy_pass` locations
-/// and as a reactor poller that closes cached connections when the server shuts down); it must outlive the
-/// loop's run().
-class ProxyModule final : public http::ContentHandler, public reactor::Poller {
+/// One per core (the proxy module's per-core part, config/module.hh): the proxy content handler, the core's
+/// upstream groups and their keepalive caches. A reactor poller closes cached connections when the server
+/// shuts down.
+class ProxyModule final : public http::ContentHandler, public http::ModuleCore, public reactor::Poller {
  public:
   explicit ProxyModule(http::HttpServer& server);
   ~ProxyModule() override;
@@ -98,7 +97,8 @@ class ProxyModule final : public http::ContentHandler, public reactor::Poller {
   ProxyModule& operator=(const ProxyModule&) = delete;
 
   /// The locations this module serves: those with proxy_pass.
-  static bool applies(const config::LocationConf& loc) { return loc.proxy.pass; }
+  static bool applies(const config::LocationConf& loc) { return loc.module<ProxyLocationConf>().pass; }
+  http::ContentHandler* content_handler() override { return this; }
 
   /// ContentHandler: hooks first, then forward().
   void handle(http::Exchange& ex) override;

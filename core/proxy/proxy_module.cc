@@ -1,15 +1,28 @@
-// ProxyModule's per-core part: its upstream groups, its registration as the content handler of proxy_pass
-// locations, and the graceful-shutdown poller (proxy_handler.hh). handle()/forward() live next to the
+// The proxy module's descriptor and its per-core part (ProxyModule): its upstream groups and the
+// graceful-shutdown poller (proxy_handler.hh). handle()/forward() live next to the
 // per-request state they create, in proxy_handler.cc.
+#include "core/config/module.hh"
 #include "core/proxy/proxy_handler.hh"
 
 namespace kosoku::proxy {
 
+config::Module& module() {
+  static config::Module m{
+      .name = "proxy",
+      .directives = directives(),
+      .finalize = &finalize_conf,
+      .content = &ProxyModule::applies,
+      .init_core = [](http::HttpServer& server, std::string*) -> std::unique_ptr<http::ModuleCore> {
+        return std::make_unique<ProxyModule>(server);
+      },
+  };
+  return m;
+}
+
 ProxyModule::ProxyModule(http::HttpServer& server) : server_(server), reactor_(*server.core().reactor) {
-  for (const auto& up : server.core().conf->http.proxy.upstreams) {
+  for (const auto& up : server.core().conf->http.module<ProxyHttpConf>().upstreams) {
     groups_.push_back(std::make_unique<UpstreamGroup>(*up, reactor_, *server.core().stack));
   }
-  server.add_content_handler(&ProxyModule::applies, this);
   reactor_.add_poller(this);
 }
 

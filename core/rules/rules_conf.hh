@@ -1,6 +1,6 @@
 // Configuration of the dynamic per-host cache rules (core/rules/), filled by the `cache_rules_*` directives
-// (core/config/directives_rules.cc) and read by the rules module. Plain data: no dependencies, so
-// config/conf.hh can include it.
+// (rules/rules_directives.cc) and read by the rules module; stored by module (config/module_conf.hh):
+// `http.module<RulesConf>()`, `loc.module<RulesLocConf>()`.
 //
 //   cache_rules_file PATH;                 http      rules loaded at start, every change persisted here
 //   cache_rules_default cache|nocache;     http      decision for hosts without rules (default: cache)
@@ -15,14 +15,22 @@
 #include <cstdint>
 #include <string>
 
+#include "core/config/module_conf.hh"
+
 namespace kosoku::rules {
 
 struct RulesConf {
+  static constexpr config::ConfLevel kLevel = config::ConfLevel::kHttp;
   std::string file;                       // empty: rules live in memory only (lost at restart)
   bool default_cache = true;              // `cache_rules_default cache`
   uint32_t memo_max = 100000;             // entries per core
   uint32_t compiled_max = 1024;           // compiled RE2::Set objects per core
   uint64_t compiled_inactive_ms = 600000;
+};
+
+struct RulesLocConf {
+  static constexpr config::ConfLevel kLevel = config::ConfLevel::kLocation;
+  bool admin = false;  // `cache_rules_admin;` (not inherited, like `status`)
 };
 
 }  // namespace kosoku::rules

@@ -1,7 +1,10 @@
 #include "core/rules/rules_core.hh"
 
 #include "core/base/log.hh"
+#include "core/config/module.hh"
+#include "core/http/connection.hh"
 #include "core/rules/admin_handler.hh"
+#include "core/rules/rules_conf.hh"
 #include "core/rules/host_name.hh"
 #include "core/rules/pattern.hh"
 
@@ -17,7 +20,7 @@ constexpr uint64_t kLogIntervalMs = 10000;
 
 RulesCore::RulesCore(reactor::Reactor& r, const config::MainConf& conf, const std::string& prefix)
     : reactor_(&r),
-      store_(process_store(conf.http.rules, prefix)),
+      store_(process_store(conf.http.module<RulesConf>(), prefix)),
       memo_(store_.conf().memo_max),
       compiled_(store_.conf().compiled_max, store_.conf().compiled_inactive_ms) {
   reader_ = store_.set().qsbr().enroll();
@@ -149,10 +152,25 @@ std::string_view RulesCore::cache_rule(const http::Exchange& ex) {
 std::string_view cache_rule_value(const http::Exchange& ex) {
   if (RulesCore* c = RulesCore::current()) return c->cache_rule(ex);
   const config::MainConf* conf = ex.core().conf;
-  bool cache = conf == nullptr || conf->http.rules.default_cache;
+  bool cache = conf == nullptr || conf->http.module<RulesConf>().default_cache;
   return cache ? "" : "1";
 }
 
-bool is_admin_location(const config::LocationConf& loc) { return loc.cache_rules_admin; }
+config::Module& module() {
+  static config::Module m{
+      .name = "rules",
+      .directives = directives(),
+      .content = [](const config::LocationConf& loc) { return loc.module<RulesLocConf>().admin; },
+      // The process store is loaded from cache_rules_file on the first core's start (std::system_error if
+      // that fails, which fails the worker's start).
+      .init_core = [](http::HttpServer& server, std::string*) -> std::unique_ptr<http::ModuleCore> {
+        const http::CoreContext& core = server.core();
+        auto rc = std::make_unique<RulesCore>(*core.reactor, *core.conf, core.prefix);
+        core.reactor->add_poller(rc.get());
+        return rc;
+      },
+  };
+  return m;
+}
 
 }  // namespace kosoku::rules

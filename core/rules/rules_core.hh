@@ -18,24 +18,31 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "core/config/conf.hh"
 #include "core/http/exchange.hh"
+#include "core/http/module_core.hh"
 #include "core/reactor/reactor.hh"
 #include "core/rules/cache_rule.hh"
 #include "core/rules/compiled_cache.hh"
 #include "core/rules/memo.hh"
 #include "core/rules/store.hh"
 
+namespace kosoku::config {
+struct DirectiveSpec;
+struct Module;
+}  // namespace kosoku::config
+
 namespace kosoku::rules {
 
 class AdminHandler;
 class AdminState;
 
-class RulesCore final : public reactor::Poller, public reactor::Timer {
+class RulesCore final : public reactor::Poller, public reactor::Timer, public http::ModuleCore {
  public:
   /// A loop's core: the process store for `conf` (loaded from cache_rules_file on first use: throws
   /// std::system_error if that fails), timers on `r`. Register it with r.add_poller().
@@ -64,6 +71,8 @@ class RulesCore final : public reactor::Poller, public reactor::Timer {
 
   RuleStore& store() { return store_; }
   http::ContentHandler& admin();
+  /// ModuleCore: the admin API serves `cache_rules_admin;` locations.
+  http::ContentHandler* content_handler() override { return &admin(); }
 
   struct Counters {
     uint64_t decisions = 0;
@@ -112,7 +121,8 @@ class RulesCore final : public reactor::Poller, public reactor::Timer {
   std::unique_ptr<AdminHandler> admin_;
 };
 
-/// Content-handler predicate: the location has `cache_rules_admin;`.
-bool is_admin_location(const config::LocationConf& loc);
+/// The rules module's descriptor (rules/rules_core.cc), its directive table (rules/rules_directives.cc).
+config::Module& module();
+std::span<const config::DirectiveSpec> directives();
 
 }  // namespace kosoku::rules

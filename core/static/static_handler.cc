@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -16,7 +17,9 @@
 #include "core/base/log.hh"
 #include "core/disk/disk_queue.hh"
 #include "core/disk/open_file_cache.hh"
+#include "core/config/module.hh"
 #include "core/http/conditional.hh"
+#include "core/http/method_policy.hh"
 #include "core/http/multipart.hh"
 #include "core/http/range.hh"
 #include "core/http/uri.hh"
@@ -487,6 +490,7 @@ void StaticState::read_done(int32_t result) {
 }  // namespace
 
 void StaticHandler::handle(http::Exchange& ex) {
+  if (http::refuse_unless_get_or_head(ex)) return;
   std::unique_ptr<http::ContentState>& slot = ex.state();
   auto* st = dynamic_cast<StaticState*>(slot.get());
   if (st == nullptr) {
@@ -494,6 +498,17 @@ void StaticHandler::handle(http::Exchange& ex) {
     st = static_cast<StaticState*>(slot.get());
   }
   st->start();
+}
+
+config::Module& module() {
+  static config::Module m{
+      .name = "static",
+      .content = [](const config::LocationConf&) { return true; },
+      .init_core = [](http::HttpServer&, std::string*) -> std::unique_ptr<http::ModuleCore> {
+        return std::make_unique<StaticHandler>();
+      },
+  };
+  return m;
 }
 
 }  // namespace kosoku::static_files

@@ -7,12 +7,24 @@
 #pragma once
 
 #include "core/http/exchange.hh"
+#include "core/http/module_core.hh"
+
+namespace kosoku::config {
+struct Module;
+}
 
 namespace kosoku::static_files {
 
-class StaticHandler final : public http::ContentHandler {
+/// The content handler of every location no other module serves (nginx's static, index and try_files
+/// handlers together): GET and HEAD only (501 / 405 otherwise); never reads the request body.
+class StaticHandler final : public http::ContentHandler, public http::ModuleCore {
  public:
   void handle(http::Exchange& ex) override;
+  bool reads_body() const override { return false; }
+  http::ContentHandler* content_handler() override { return this; }
 };
+
+/// The static module's descriptor: last in the registry, it serves every location.
+config::Module& module();
 
 }  // namespace kosoku::static_files

@@ -1,4 +1,4 @@
-// The proxy-cache directives (config/directives_cache.cc): values, defaults, inheritance and nginx's errors.
+// The proxy-cache directives (cache/cache_directives.cc): values, defaults, inheritance and nginx's errors.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -29,7 +29,7 @@ TEST(CacheConfigTest, ProxyCachePathParameters) {
       "http { proxy_cache_path /var/cache/k/ levels=1:2 keys_zone=one:10m inactive=30m max_size=1g "
       "use_temp_path=off disk_queue=ssd1 loader_files=50 loader_threshold=100ms manager_files=10;\n"
       "proxy_cache_path /c2 keys_zone=two:64k; }");
-  const auto& paths = c->http.cache.paths;
+  const auto& paths = c->http.module<cache::CacheHttpConf>().paths;
   ASSERT_EQ(paths.size(), 2u);
   const cache::CachePathConf& p = paths[0];
   EXPECT_EQ(p.path, "/var/cache/k");
@@ -49,8 +49,8 @@ TEST(CacheConfigTest, ProxyCachePathParameters) {
   EXPECT_EQ(q.max_size, 0u);
   EXPECT_TRUE(q.use_temp_path);
   EXPECT_EQ(q.disk_queue, "default");
-  EXPECT_EQ(c->http.cache.find_zone("two"), &q);
-  EXPECT_EQ(c->http.cache.find_zone("three"), nullptr);
+  EXPECT_EQ(c->http.module<cache::CacheHttpConf>().find_zone("two"), &q);
+  EXPECT_EQ(c->http.module<cache::CacheHttpConf>().find_zone("three"), nullptr);
 }
 
 TEST(CacheConfigTest, ProxyCachePathErrors) {
@@ -74,7 +74,7 @@ TEST(CacheConfigTest, ProxyCachePathErrors) {
 
 TEST(CacheConfigTest, DefaultsAreNginxs) {
   auto c = load_ok("http { server { location / { } } }");
-  const cache::CacheLocConf& l = c->http.servers[0]->locations[0].cache;
+  const cache::CacheLocConf& l = c->http.servers[0]->locations[0].module<cache::CacheLocConf>();
   EXPECT_FALSE(l.enabled);
   EXPECT_EQ(l.key, nullptr);
   EXPECT_EQ(l.key_text, "$scheme$proxy_host$request_uri");
@@ -120,9 +120,9 @@ TEST(CacheConfigTest, LocationDirectivesAndInheritance) {
   }
 })");
   const ServerConf& s = *c->http.servers[0];
-  const cache::CacheLocConf& a = s.locations[0].cache;
-  const cache::CacheLocConf& b = s.locations[1].cache;
-  const cache::CacheLocConf& base = s.base.cache;
+  const cache::CacheLocConf& a = s.locations[0].module<cache::CacheLocConf>();
+  const cache::CacheLocConf& b = s.locations[1].module<cache::CacheLocConf>();
+  const cache::CacheLocConf& base = s.base.module<cache::CacheLocConf>();
   EXPECT_TRUE(base.enabled);
   EXPECT_EQ(base.zone, "z");
   ASSERT_EQ(base.valid.size(), 3u);
@@ -181,7 +181,7 @@ TEST(CacheConfigTest, ProxyCacheWithVariable) {
   split_clients $request_uri $cache_disk_t1 { 50% d1; * d2; }
   server { location / { proxy_cache $cache_disk_t1; } }
 })");
-  const cache::CacheLocConf& l = c->http.servers[0]->locations[0].cache;
+  const cache::CacheLocConf& l = c->http.servers[0]->locations[0].module<cache::CacheLocConf>();
   EXPECT_TRUE(l.enabled);
   EXPECT_TRUE(l.zone.empty());
   ASSERT_NE(l.zone_tpl, nullptr);
@@ -198,7 +198,7 @@ TEST(CacheConfigTest, SplitClientsThresholdsAreNginxs) {
     * "";
   }
 })");
-  const cache::SplitClientsConf* s = c->http.cache.find_split("variant_t2");
+  const cache::SplitClientsConf* s = c->http.module<cache::CacheHttpConf>().find_split("variant_t2");
   ASSERT_NE(s, nullptr);
   ASSERT_EQ(s->parts.size(), 3u);
   EXPECT_EQ(s->parts[0].percent, 50u);
@@ -231,19 +231,19 @@ TEST(CacheConfigTest, PurgeShapes) {
   }
 })");
   const ServerConf& s = *c->http.servers[0];
-  const cache::PurgeConf& zk = s.locations[0].cache.purge;
+  const cache::PurgeConf& zk = s.locations[0].module<cache::CacheLocConf>().purge;
   EXPECT_EQ(zk.mode, cache::PurgeConf::Mode::kZoneKey);
   EXPECT_EQ(zk.zone, "z");
   ASSERT_NE(zk.key, nullptr);
   EXPECT_TRUE(zk.key->uses(VarId::kArg));
-  const cache::PurgeConf& m = s.locations[1].cache.purge;
+  const cache::PurgeConf& m = s.locations[1].module<cache::CacheLocConf>().purge;
   EXPECT_EQ(m.mode, cache::PurgeConf::Mode::kMethod);
   EXPECT_EQ(m.method, "PURGE");
   ASSERT_EQ(m.from.size(), 2u);
   EXPECT_EQ(m.from[0].prefix, 32);
   EXPECT_EQ(m.from[1].prefix, 8);
-  EXPECT_EQ(s.locations[2].cache.purge.method, "PURGE");
-  EXPECT_EQ(s.locations[3].cache.purge.mode, cache::PurgeConf::Mode::kOff);  // not inherited
+  EXPECT_EQ(s.locations[2].module<cache::CacheLocConf>().purge.method, "PURGE");
+  EXPECT_EQ(s.locations[3].module<cache::CacheLocConf>().purge.mode, cache::PurgeConf::Mode::kOff);  // not inherited
   EXPECT_EQ(err("http { proxy_cache_path /c keys_zone=z:1m; server { location / { proxy_cache_purge y $host$uri; } } }"),
             "t.conf:1:84: \"proxy_cache_purge\" zone \"y\" is unknown");
   EXPECT_EQ(err("http { server { location / { proxy_cache_purge PURGE from; } } }"),
@@ -269,20 +269,20 @@ TEST(CacheConfigTest, PurgeWildcardAndHostScope) {
   }
 })");
   const ServerConf& s = *c->http.servers[0];
-  const cache::PurgeConf& a = s.locations[0].cache.purge;
+  const cache::PurgeConf& a = s.locations[0].module<cache::CacheLocConf>().purge;
   EXPECT_EQ(a.mode, cache::PurgeConf::Mode::kMethod);
   EXPECT_TRUE(a.wildcard);
   EXPECT_FALSE(a.any_host);
   ASSERT_EQ(a.from.size(), 1u);
-  EXPECT_TRUE(s.locations[1].cache.purge.wildcard);
-  EXPECT_TRUE(s.locations[1].cache.purge.any_host);
-  EXPECT_TRUE(s.locations[1].cache.purge.from.empty());
-  EXPECT_EQ(s.locations[2].cache.purge.mode, cache::PurgeConf::Mode::kZoneKey);
-  EXPECT_TRUE(s.locations[2].cache.purge.wildcard);
-  EXPECT_TRUE(s.locations[3].cache.purge.any_host);
-  EXPECT_EQ(s.locations[4].cache.purge.mode, cache::PurgeConf::Mode::kZoneKey);  // a quoted word is a KEY
-  EXPECT_FALSE(s.locations[4].cache.purge.wildcard);
-  EXPECT_FALSE(s.locations[5].cache.purge.wildcard);
+  EXPECT_TRUE(s.locations[1].module<cache::CacheLocConf>().purge.wildcard);
+  EXPECT_TRUE(s.locations[1].module<cache::CacheLocConf>().purge.any_host);
+  EXPECT_TRUE(s.locations[1].module<cache::CacheLocConf>().purge.from.empty());
+  EXPECT_EQ(s.locations[2].module<cache::CacheLocConf>().purge.mode, cache::PurgeConf::Mode::kZoneKey);
+  EXPECT_TRUE(s.locations[2].module<cache::CacheLocConf>().purge.wildcard);
+  EXPECT_TRUE(s.locations[3].module<cache::CacheLocConf>().purge.any_host);
+  EXPECT_EQ(s.locations[4].module<cache::CacheLocConf>().purge.mode, cache::PurgeConf::Mode::kZoneKey);  // a quoted word is a KEY
+  EXPECT_FALSE(s.locations[4].module<cache::CacheLocConf>().purge.wildcard);
+  EXPECT_FALSE(s.locations[5].module<cache::CacheLocConf>().purge.wildcard);
   const std::string http = "http { proxy_cache_path /c keys_zone=z:1m; server { location / { ";
   const std::string no_host =
       " takes client data before any host variable ($host, $http_host, $server_name, $proxy_host), so a request "

@@ -366,7 +366,7 @@ TEST_F(MaintenanceTest, ConsoleCommand) {
   EXPECT_EQ(console_command("cache stats"), "no proxy_cache_path configured\n");
   config::MainConf conf;
   pconf_.path = dir_.path() + "/console";
-  conf.http.cache.paths.push_back(pconf_);
+  conf.http.module<cache::CacheHttpConf>().paths.push_back(pconf_);
   std::string err;
   auto reg = CacheRegistry::create(conf, "/", 1, kNow, &err);
   ASSERT_NE(reg, nullptr) << err;

@@ -20,6 +20,8 @@
 #include "core/config/loader.hh"
 #include "core/config/parser.hh"
 #include "core/config/variables.hh"
+#include "core/access/access_conf.hh"
+#include "core/stats/status_module.hh"
 #include "gtest/gtest.h"
 
 namespace kosoku::config {
@@ -336,9 +338,9 @@ http {
   EXPECT_EQ(a.add_header[0].name, "X-B");
   EXPECT_EQ(ab.add_header[0].name, "X-B");
   EXPECT_EQ(s1.base.add_header[0].name, "X-A");
-  EXPECT_EQ(a.access.size(), 2u);
-  ASSERT_EQ(cl.access.size(), 1u);
-  EXPECT_FALSE(cl.access[0].allow);
+  EXPECT_EQ(a.module<access::AccessLocConf>().rules.size(), 2u);
+  ASSERT_EQ(cl.module<access::AccessLocConf>().rules.size(), 1u);
+  EXPECT_FALSE(cl.module<access::AccessLocConf>().rules[0].allow);
   EXPECT_FALSE(ab.etag);
   EXPECT_EQ(s1.base.root, "/srv");
 }
@@ -350,9 +352,9 @@ TEST(ConfigMerge, ReturnTryFilesStatusStayWhereWritten) {
   EXPECT_EQ(s.base.try_files.size(), 2u);
   EXPECT_EQ(s.locations[0].ret.code, 0);
   EXPECT_TRUE(s.locations[0].try_files.empty());
-  EXPECT_FALSE(s.locations[0].status);
-  EXPECT_TRUE(s.locations[1].status);
-  EXPECT_FALSE(s.base.status);
+  EXPECT_FALSE(s.locations[0].module<stats::StatusLocConf>().enabled);
+  EXPECT_TRUE(s.locations[1].module<stats::StatusLocConf>().enabled);
+  EXPECT_FALSE(s.base.module<stats::StatusLocConf>().enabled);
 }
 
 TEST(ConfigMerge, TypesDefaultsAndAccumulation) {
@@ -612,7 +614,7 @@ TEST(ConfigShipped, DefaultAndApplianceConfigsLoad) {
     EXPECT_EQ(s.base.types->at("css"), "text/css");
     EXPECT_EQ(s.base.types->at("wasm"), "application/wasm");
     EXPECT_GE(s.base.types->size(), 100u);
-    EXPECT_TRUE(s.find_location("/status")->status);
+    EXPECT_TRUE(s.find_location("/status")->module<stats::StatusLocConf>().enabled);
   }
 }
 

@@ -1,5 +1,5 @@
 // Unit tests for core/proxy/proxy_request (the upstream request head and the client response head) and for
-// the proxy directives (config/directives_proxy.cc): real configuration text, real parsed requests, a minimal
+// the proxy directives (proxy/proxy_directives.cc): real configuration text, real parsed requests, a minimal
 // Exchange that only carries the request (the functions under test read nothing else).
 #include <cctype>
 #include <memory>
@@ -89,9 +89,9 @@ std::string load_error(const std::string& http_body) {
 std::string head_for(const config::MainConf& conf, const std::string& raw, BodyFraming framing = BodyFraming::kNone,
                      uint64_t length = 0) {
   RequestOnly ex(conf, raw);
-  EXPECT_TRUE(ex.location().proxy.pass);
+  EXPECT_TRUE(ex.location().module<ProxyLocationConf>().pass);
   std::string out;
-  build_request_head(ex, ex.location().proxy, framing, length, out);
+  build_request_head(ex, ex.location().module<ProxyLocationConf>(), framing, length, out);
   return out;
 }
 
@@ -230,7 +230,7 @@ struct Upstream {
 
 TEST(ProxyResponse, FieldsPassedAndRemoved) {
   auto conf = load(std::string(kServer) + "location / { proxy_pass http://127.0.0.1:81; } }");
-  const ProxyLocationConf& p = conf->http.servers[0]->locations[0].proxy;
+  const ProxyLocationConf& p = conf->http.servers[0]->locations[0].module<ProxyLocationConf>();
   Upstream u(
       "HTTP/1.1 201 Created\r\nServer: origin\r\nDate: Mon, 01 Jan 2001 00:00:00 GMT\r\nContent-Type: text/plain\r\n"
       "Content-Length: 4\r\nConnection: keep-alive, X-Hop\r\nX-Hop: 1\r\nKeep-Alive: timeout=5\r\nETag: \"v1\"\r\n"
@@ -249,7 +249,7 @@ TEST(ProxyResponse, FieldsPassedAndRemoved) {
 
 TEST(ProxyResponse, LengthOnlyWhenTheUpstreamGaveOne) {
   auto conf = load(std::string(kServer) + "location / { proxy_pass http://127.0.0.1:81; } }");
-  const ProxyLocationConf& p = conf->http.servers[0]->locations[0].proxy;
+  const ProxyLocationConf& p = conf->http.servers[0]->locations[0].module<ProxyLocationConf>();
   http::ResponseHead h;
   build_response_head(Upstream("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n").resp, p, h);
   EXPECT_EQ(h.content_length, -1);  // the client connection re-chunks (or closes for HTTP/1.0)
@@ -264,7 +264,7 @@ TEST(ProxyResponse, HideAndPassHeader) {
   auto conf = load(std::string(kServer) +
                    "location / { proxy_pass http://127.0.0.1:81; proxy_hide_header X-Internal; proxy_pass_header Server; "
                    "proxy_pass_header X-Pad; } }");
-  const ProxyLocationConf& p = conf->http.servers[0]->locations[0].proxy;
+  const ProxyLocationConf& p = conf->http.servers[0]->locations[0].module<ProxyLocationConf>();
   http::ResponseHead h;
   build_response_head(
       Upstream("HTTP/1.1 200 OK\r\nServer: origin\r\nX-Internal: 1\r\nX-Pad: avoid\r\nDate: x\r\nContent-Length: 0\r\n\r\n").resp,
@@ -276,7 +276,7 @@ TEST(ProxyResponse, HideAndPassHeader) {
 
 TEST(ProxyConfig, Defaults) {
   auto conf = load(std::string(kServer) + "location / { proxy_pass http://127.0.0.1:81; } }");
-  const ProxyLocationConf& p = conf->http.servers[0]->locations[0].proxy;
+  const ProxyLocationConf& p = conf->http.servers[0]->locations[0].module<ProxyLocationConf>();
   EXPECT_TRUE(p.pass);
   EXPECT_EQ(p.http_version_minor, 0);
   EXPECT_EQ(p.connect_timeout_ms, 60000u);
@@ -307,23 +307,23 @@ TEST(ProxyConfig, InheritanceIsNginxs) {
       "  location /own/nested/ { proxy_pass http://127.0.0.1:82; } } "
       "location /plain/ { location /plain/inner/ { } } }");
   const auto& locs = conf->http.servers[0]->locations;
-  const ProxyLocationConf& inh = locs[0].proxy;
+  const ProxyLocationConf& inh = locs[0].module<ProxyLocationConf>();
   EXPECT_EQ(inh.read_timeout_ms, 5000u);
   EXPECT_EQ(inh.connect_timeout_ms, 2000u);
   EXPECT_EQ(inh.http_version_minor, 1);
   ASSERT_EQ(inh.set_header.size(), 1u);
   EXPECT_EQ(inh.set_header[0].name, "X-A");
-  const ProxyLocationConf& own = locs[1].proxy;
+  const ProxyLocationConf& own = locs[1].module<ProxyLocationConf>();
   ASSERT_EQ(own.set_header.size(), 1u);  // a block with its own list does not inherit the outer one
   EXPECT_EQ(own.set_header[0].name, "X-B");
   EXPECT_FALSE(own.buffering);
-  const ProxyLocationConf& nested = locs[1].locations[0].proxy;
+  const ProxyLocationConf& nested = locs[1].locations[0].module<ProxyLocationConf>();
   EXPECT_FALSE(nested.buffering);
   EXPECT_EQ(nested.set_header[0].name, "X-B");
   EXPECT_EQ(nested.upstream->servers[0].addr_text, "127.0.0.1:82");
   // proxy_pass is not inherited (nginx): a nested location without it serves files.
-  EXPECT_FALSE(locs[2].proxy.pass);
-  EXPECT_FALSE(locs[2].locations[0].proxy.pass);
+  EXPECT_FALSE(locs[2].module<ProxyLocationConf>().pass);
+  EXPECT_FALSE(locs[2].locations[0].module<ProxyLocationConf>().pass);
 }
 
 TEST(ProxyConfig, UpstreamBlock) {
@@ -333,7 +333,7 @@ TEST(ProxyConfig, UpstreamBlock) {
       "upstream h { hash $request_uri consistent; server 10.0.0.2; server 10.0.0.3; } "
       "server { listen 127.0.0.1:8080; location / { proxy_pass http://app; } location /h/ { proxy_pass http://h/; } "
       "location /a/ { proxy_pass http://10.9.9.9:7; } location /b/ { proxy_pass http://10.9.9.9:7/b/; } }");
-  const auto& ups = conf->http.proxy.upstreams;
+  const auto& ups = conf->http.module<ProxyHttpConf>().upstreams;
   ASSERT_EQ(ups.size(), 3u);  // two blocks and one implicit group shared by /a/ and /b/
   const UpstreamConf& app = *ups[0];
   EXPECT_EQ(app.name, "app");
@@ -352,10 +352,10 @@ TEST(ProxyConfig, UpstreamBlock) {
   EXPECT_TRUE(ups[1]->hash_consistent);
   EXPECT_EQ(ups[1]->hash_key_text, "$request_uri");
   const auto& locs = conf->http.servers[0]->locations;
-  EXPECT_EQ(locs[0].proxy.upstream, &app);
-  EXPECT_EQ(locs[0].proxy.proxy_host, "app");
-  EXPECT_EQ(locs[1].proxy.upstream, ups[1].get());
-  EXPECT_EQ(locs[2].proxy.upstream, locs[3].proxy.upstream);
+  EXPECT_EQ(locs[0].module<ProxyLocationConf>().upstream, &app);
+  EXPECT_EQ(locs[0].module<ProxyLocationConf>().proxy_host, "app");
+  EXPECT_EQ(locs[1].module<ProxyLocationConf>().upstream, ups[1].get());
+  EXPECT_EQ(locs[2].module<ProxyLocationConf>().upstream, locs[3].module<ProxyLocationConf>().upstream);
   EXPECT_TRUE(ups[2]->implicit);
   EXPECT_EQ(ups[2]->index, 2u);
 }
@@ -409,11 +409,11 @@ TEST(ProxyConfig, NamesNotResolvedWhenAskedNot) {
       "t.conf", opts);
   ASSERT_TRUE(r.ok()) << r.error.message;
   const auto& locs = r.conf->http.servers[0]->locations;
-  ASSERT_EQ(locs[0].proxy.upstream->servers.size(), 2u);
-  EXPECT_EQ(locs[0].proxy.upstream->servers[0].addr_text, "127.0.0.1:81");
-  EXPECT_EQ(locs[0].proxy.upstream->servers[1].addr_text, "10.0.0.7:82");
-  EXPECT_EQ(locs[1].proxy.upstream->servers[0].addr_text, "127.0.0.1:83");
-  EXPECT_EQ(locs[1].proxy.proxy_host, "other.invalid:83");
+  ASSERT_EQ(locs[0].module<ProxyLocationConf>().upstream->servers.size(), 2u);
+  EXPECT_EQ(locs[0].module<ProxyLocationConf>().upstream->servers[0].addr_text, "127.0.0.1:81");
+  EXPECT_EQ(locs[0].module<ProxyLocationConf>().upstream->servers[1].addr_text, "10.0.0.7:82");
+  EXPECT_EQ(locs[1].module<ProxyLocationConf>().upstream->servers[0].addr_text, "127.0.0.1:83");
+  EXPECT_EQ(locs[1].module<ProxyLocationConf>().proxy_host, "other.invalid:83");
   // Resolved (the default), the same names are errors.
   EXPECT_FALSE(config::load_from_string("http { upstream u { server nosuchhost.invalid:81; } }", "t.conf").ok());
 }
@@ -428,7 +428,7 @@ TEST(ProxyVariablesTest, ArgAndCookieAreTheSharedOnes) {
                                              config::SourceLoc{}, nullptr);
   std::string shared, proxied, cached;
   config::expand(t, http::RequestVariables(ex, {}, nullptr), shared);
-  config::expand(t, ProxyVariables(ex, ex.location().proxy), proxied);
+  config::expand(t, ProxyVariables(ex, ex.location().module<ProxyLocationConf>()), proxied);
   config::expand(t, cache::CacheVariables(ex), cached);
   EXPECT_EQ(shared, "[yes|||dark|2|]");
   EXPECT_EQ(proxied, shared);
@@ -440,7 +440,7 @@ TEST(ProxyConfig, HostNamesResolveAtLoad) {
   auto conf = load("upstream u { server localhost:8081 weight=2 max_fails=3; server 127.0.0.2:8082; } " +
                    std::string(kServer) + "location / { proxy_pass http://u; } location /n/ { proxy_pass "
                    "http://localhost:8083; } location /m/ { proxy_pass http://LOCALHOST:8083/x/; } }");
-  const auto& ups = conf->http.proxy.upstreams;
+  const auto& ups = conf->http.module<ProxyHttpConf>().upstreams;
   ASSERT_GE(ups[0]->servers.size(), 2u);
   const UpstreamServerConf& first = ups[0]->servers[0];
   EXPECT_EQ(first.name, "localhost:8081");
@@ -452,11 +452,11 @@ TEST(ProxyConfig, HostNamesResolveAtLoad) {
   }
   EXPECT_EQ(ups[0]->servers.back().addr_text, "127.0.0.2:8082");
   const auto& locs = conf->http.servers[0]->locations;
-  const UpstreamConf* implicit = locs[1].proxy.upstream;
+  const UpstreamConf* implicit = locs[1].module<ProxyLocationConf>().upstream;
   EXPECT_TRUE(implicit->implicit);
   EXPECT_EQ(implicit->name, "localhost:8083");
   EXPECT_EQ(implicit->servers[0].addr_text, "127.0.0.1:8083");
-  EXPECT_EQ(locs[2].proxy.upstream, implicit);  // one implicit group per NAME:PORT (case-insensitive)
+  EXPECT_EQ(locs[2].module<ProxyLocationConf>().upstream, implicit);  // one implicit group per NAME:PORT (case-insensitive)
   EXPECT_NE(load_error(std::string(kServer) + "location / { proxy_pass http://nosuchhost.invalid:81; } }")
                 .find("t.conf:1:64: host not found in upstream \"nosuchhost.invalid\""),
             std::string::npos);
@@ -468,7 +468,7 @@ std::string redirected(const config::MainConf& conf, const std::string& uri, std
   http::ResponseHead h;
   h.location = std::move(location);
   h.extra = std::move(extra);
-  rewrite_redirects(ex, ex.location().proxy, h);
+  rewrite_redirects(ex, ex.location().module<ProxyLocationConf>(), h);
   return h.extra.empty() ? h.location : h.location + "|" + h.extra;
 }
 
@@ -551,7 +551,7 @@ TEST(ProxyVariablesTest, UpstreamStateFormats) {
   // Through the proxy's source too (proxy_set_header could use them: they describe earlier tries).
   std::string via_proxy;
   config::expand(config::compile("$upstream_status", config::SourceLoc{}, nullptr),
-                 ProxyVariables(ex, ex.location().proxy), via_proxy);
+                 ProxyVariables(ex, ex.location().module<ProxyLocationConf>()), via_proxy);
   EXPECT_EQ(via_proxy, "502, 200");
 }
 
@@ -560,11 +560,11 @@ TEST(ProxyConfig, NextUpstreamFlags) {
                    "location / { proxy_pass http://127.0.0.1:81; proxy_next_upstream error http_502 http_504 "
                    "non_idempotent; proxy_next_upstream_tries 3; proxy_next_upstream_timeout 10s; } "
                    "location /off/ { proxy_pass http://127.0.0.1:81; proxy_next_upstream off; } }");
-  const ProxyLocationConf& p = conf->http.servers[0]->locations[0].proxy;
+  const ProxyLocationConf& p = conf->http.servers[0]->locations[0].module<ProxyLocationConf>();
   EXPECT_EQ(p.next_upstream, kNextError | kNextHttp502 | kNextHttp504 | kNextNonIdempotent);
   EXPECT_EQ(p.next_upstream_tries, 3u);
   EXPECT_EQ(p.next_upstream_timeout_ms, 10000u);
-  EXPECT_EQ(conf->http.servers[0]->locations[1].proxy.next_upstream, 0u);
+  EXPECT_EQ(conf->http.servers[0]->locations[1].module<ProxyLocationConf>().next_upstream, 0u);
 }
 
 }  // namespace

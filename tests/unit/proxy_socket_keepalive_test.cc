@@ -40,14 +40,14 @@ TEST(ProxySocketKeepalive, ParsedAndInheritedLikeNginx) {
       "t.conf");
   ASSERT_TRUE(r.ok()) << r.error.message;
   ASSERT_NE(location(*r.conf, "/inherits/"), nullptr);
-  EXPECT_TRUE(location(*r.conf, "/inherits/")->proxy.socket_keepalive);
-  EXPECT_FALSE(location(*r.conf, "/off/")->proxy.socket_keepalive);
-  EXPECT_FALSE(location(*r.conf, "/server-off/")->proxy.socket_keepalive);
+  EXPECT_TRUE(location(*r.conf, "/inherits/")->module<proxy::ProxyLocationConf>().socket_keepalive);
+  EXPECT_FALSE(location(*r.conf, "/off/")->module<proxy::ProxyLocationConf>().socket_keepalive);
+  EXPECT_FALSE(location(*r.conf, "/server-off/")->module<proxy::ProxyLocationConf>().socket_keepalive);
   r = config::load_from_string("http { upstream u { server 127.0.0.1:9; }\n server { listen 80;\n"
                                " location / { proxy_pass http://u; } } }\n",
                                "t.conf");
   ASSERT_TRUE(r.ok()) << r.error.message;
-  EXPECT_FALSE(location(*r.conf, "/")->proxy.socket_keepalive);  // nginx's default: off
+  EXPECT_FALSE(location(*r.conf, "/")->module<proxy::ProxyLocationConf>().socket_keepalive);  // nginx's default: off
   r = config::load_from_string("http { proxy_socket_keepalive 1; }", "t.conf");
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.error.message,

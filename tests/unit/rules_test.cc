@@ -738,12 +738,12 @@ TEST(RulesConfig, Directives) {
   config::LoadResult r = load_from_string("http { server { } }", "t.conf");
   ASSERT_TRUE(r.ok()) << r.error.message;
   const RulesConf defaults;
-  EXPECT_EQ(r.conf->http.rules.file, "");
+  EXPECT_EQ(r.conf->http.module<RulesConf>().file, "");
   EXPECT_TRUE(defaults.default_cache);
   EXPECT_EQ(defaults.memo_max, 100000u);
   EXPECT_EQ(defaults.compiled_max, 1024u);
   EXPECT_EQ(defaults.compiled_inactive_ms, 600000u);
-  EXPECT_EQ(r.conf->http.rules.memo_max, defaults.memo_max);
+  EXPECT_EQ(r.conf->http.module<RulesConf>().memo_max, defaults.memo_max);
   r = load_from_string(R"(http {
     cache_rules_file data/rules.jsonl;
     cache_rules_default nocache;
@@ -752,17 +752,17 @@ TEST(RulesConfig, Directives) {
     server { location /admin/ { cache_rules_admin; location /admin/x { } } location / { } }
   })", "t.conf");
   ASSERT_TRUE(r.ok()) << r.error.message;
-  const RulesConf& c = r.conf->http.rules;
+  const RulesConf& c = r.conf->http.module<RulesConf>();
   EXPECT_EQ(c.file, "data/rules.jsonl");
   EXPECT_FALSE(c.default_cache);
   EXPECT_EQ(c.memo_max, 0u);
   EXPECT_EQ(c.compiled_max, 10u);
   EXPECT_EQ(c.compiled_inactive_ms, 30000u);
   const config::ServerConf& s = *r.conf->http.servers[0];
-  EXPECT_TRUE(s.locations[0].cache_rules_admin);
-  EXPECT_FALSE(s.locations[0].locations[0].cache_rules_admin);  // not inherited
-  EXPECT_FALSE(s.locations[1].cache_rules_admin);
-  EXPECT_TRUE(is_admin_location(s.locations[0]));
+  EXPECT_TRUE(s.locations[0].module<RulesLocConf>().admin);
+  EXPECT_FALSE(s.locations[0].locations[0].module<RulesLocConf>().admin);  // not inherited
+  EXPECT_FALSE(s.locations[1].module<RulesLocConf>().admin);
+  EXPECT_EQ(s.locations[0].content, &module());  // the admin API serves it
   auto err = [](const std::string& text) { return load_from_string(text, "t.conf").error.message; };
   EXPECT_EQ(err("http { cache_rules_default maybe; }"),
             "t.conf:1:28: invalid value \"maybe\" in \"cache_rules_default\" directive, it must be \"cache\" or "

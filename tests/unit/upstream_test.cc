@@ -16,7 +16,7 @@
 namespace kosoku::proxy {
 namespace {
 
-/// Loads `upstream u { BODY }` plus a location using it; the group is conf->http.proxy.upstreams[0].
+/// Loads `upstream u { BODY }` plus a location using it; the group is conf->http.module<proxy::ProxyHttpConf>().upstreams[0].
 std::unique_ptr<const config::MainConf> load_upstream(const std::string& body) {
   const std::string text = absl::StrCat("http { upstream u { ", body,
                                         " } server { listen 127.0.0.1:8080; location / { proxy_pass http://u; } } }");
@@ -50,13 +50,13 @@ TEST(Crc32, KnownVectors) {
 TEST(Balancer, SmoothWeightedRoundRobinIsNginxSequence) {
   // nginx's documented example: weights 5, 1, 1 give a a b a c a a (smooth, not a a a a a b c).
   auto conf = load_upstream("server 10.0.0.1 weight=5; server 10.0.0.2; server 10.0.0.3;");
-  Balancer b(*conf->http.proxy.upstreams[0]);
+  Balancer b(*conf->http.module<proxy::ProxyHttpConf>().upstreams[0]);
   EXPECT_EQ(sequence(b, 14), "aabacaaaabacaa");
 }
 
 TEST(Balancer, WeightsGiveProportions) {
   auto conf = load_upstream("server 10.0.0.1:81 weight=3; server 10.0.0.2:81 weight=2; server 10.0.0.3:81;");
-  Balancer b(*conf->http.proxy.upstreams[0]);
+  Balancer b(*conf->http.module<proxy::ProxyHttpConf>().upstreams[0]);
   std::map<char, int> count;
   for (char c : sequence(b, 600)) ++count[c];
   EXPECT_EQ(count['a'], 300);
@@ -66,14 +66,14 @@ TEST(Balancer, WeightsGiveProportions) {
 
 TEST(Balancer, EqualWeightsAlternate) {
   auto conf = load_upstream("server 10.0.0.1; server 10.0.0.2;");
-  Balancer b(*conf->http.proxy.upstreams[0]);
+  Balancer b(*conf->http.module<proxy::ProxyHttpConf>().upstreams[0]);
   EXPECT_EQ(sequence(b, 6), "ababab");
   EXPECT_FALSE(b.single());
 }
 
 TEST(Balancer, TriedPeersAreNotChosenAgainInOneAttempt) {
   auto conf = load_upstream("server 10.0.0.1; server 10.0.0.2; server 10.0.0.3;");
-  Balancer b(*conf->http.proxy.upstreams[0]);
+  Balancer b(*conf->http.module<proxy::ProxyHttpConf>().upstreams[0]);
   Balancer::Attempt a;
   b.start(a, "", 0);
   EXPECT_EQ(a.tries, 3u);
@@ -91,7 +91,7 @@ TEST(Balancer, TriedPeersAreNotChosenAgainInOneAttempt) {
 
 TEST(Balancer, NextUpstreamTriesCapsTries) {
   auto conf = load_upstream("server 10.0.0.1; server 10.0.0.2; server 10.0.0.3; server 10.0.0.4 down;");
-  Balancer b(*conf->http.proxy.upstreams[0]);
+  Balancer b(*conf->http.module<proxy::ProxyHttpConf>().upstreams[0]);
   Balancer::Attempt a;
   b.start(a, "", 0);
   EXPECT_EQ(a.tries, 3u);  // down servers do not count
@@ -101,7 +101,7 @@ TEST(Balancer, NextUpstreamTriesCapsTries) {
 
 TEST(Balancer, MaxFailsTakesServerOutForFailTimeout) {
   auto conf = load_upstream("server 10.0.0.1 max_fails=2 fail_timeout=10s; server 10.0.0.2;");
-  Balancer b(*conf->http.proxy.upstreams[0]);
+  Balancer b(*conf->http.module<proxy::ProxyHttpConf>().upstreams[0]);
   uint64_t now = 100000;
   auto fail_a = [&] {
     // Attempts until peer a is chosen, then report a failure.
@@ -130,7 +130,7 @@ TEST(Balancer, MaxFailsTakesServerOutForFailTimeout) {
 
 TEST(Balancer, FailureLowersEffectiveWeightThenRecovers) {
   auto conf = load_upstream("server 10.0.0.1 weight=10 max_fails=5; server 10.0.0.2 weight=10;");
-  Balancer b(*conf->http.proxy.upstreams[0]);
+  Balancer b(*conf->http.module<proxy::ProxyHttpConf>().upstreams[0]);
   Balancer::Attempt a;
   b.start(a, "", 0);
   ASSERT_EQ(b.next(a, 5000), 0);
@@ -145,7 +145,7 @@ TEST(Balancer, BackupOnlyWhenPrimariesUnavailable) {
   auto conf = load_upstream(
       "server 10.0.0.1 max_fails=1 fail_timeout=5s; server 10.0.0.2 max_fails=1 fail_timeout=5s; "
       "server 10.0.0.9 backup;");
-  Balancer b(*conf->http.proxy.upstreams[0]);
+  Balancer b(*conf->http.module<proxy::ProxyHttpConf>().upstreams[0]);
   EXPECT_EQ(b.server(2).name, "10.0.0.9");
   EXPECT_EQ(sequence(b, 4), "abab");
   // One attempt that fails on both primaries moves on to the backup.
@@ -170,14 +170,14 @@ TEST(Balancer, BackupOnlyWhenPrimariesUnavailable) {
 
 TEST(Balancer, DownServerIsNeverChosen) {
   auto conf = load_upstream("server 10.0.0.1 down; server 10.0.0.2; server 10.0.0.3;");
-  Balancer b(*conf->http.proxy.upstreams[0]);
+  Balancer b(*conf->http.module<proxy::ProxyHttpConf>().upstreams[0]);
   const std::string s = sequence(b, 20);
   EXPECT_EQ(s.find('a'), std::string::npos) << s;
 }
 
 TEST(Balancer, SingleServerIgnoresFailuresAndHasNoRetry) {
   auto conf = load_upstream("server 10.0.0.1 max_fails=1;");
-  Balancer b(*conf->http.proxy.upstreams[0]);
+  Balancer b(*conf->http.module<proxy::ProxyHttpConf>().upstreams[0]);
   EXPECT_TRUE(b.single());
   for (int i = 0; i < 3; ++i) {
     Balancer::Attempt a;
@@ -188,7 +188,7 @@ TEST(Balancer, SingleServerIgnoresFailuresAndHasNoRetry) {
     EXPECT_EQ(b.peer(0).fails, 0u);
   }
   auto down = load_upstream("server 10.0.0.1 down;");
-  Balancer d(*down->http.proxy.upstreams[0]);
+  Balancer d(*down->http.module<proxy::ProxyHttpConf>().upstreams[0]);
   Balancer::Attempt a;
   d.start(a, "", 0);
   EXPECT_EQ(d.next(a, 1000), -1);
@@ -196,7 +196,7 @@ TEST(Balancer, SingleServerIgnoresFailuresAndHasNoRetry) {
 
 TEST(Balancer, AllFailedStayOutUntilTheirFailTimeout) {
   auto conf = load_upstream("server 10.0.0.1; server 10.0.0.2;");  // max_fails=1 fail_timeout=10s
-  Balancer b(*conf->http.proxy.upstreams[0]);
+  Balancer b(*conf->http.module<proxy::ProxyHttpConf>().upstreams[0]);
   Balancer::Attempt a;
   b.start(a, "", 0);
   for (int i = 0; i < 2; ++i) {
@@ -219,7 +219,7 @@ TEST(Balancer, AllFailedStayOutUntilTheirFailTimeout) {
 
 TEST(Balancer, UntryAllowsTheSamePeerAgain) {
   auto conf = load_upstream("server 10.0.0.1; server 10.0.0.2;");
-  Balancer b(*conf->http.proxy.upstreams[0]);
+  Balancer b(*conf->http.module<proxy::ProxyHttpConf>().upstreams[0]);
   Balancer::Attempt a;
   b.start(a, "", 0);
   const int first = b.next(a, 1000);
@@ -250,7 +250,7 @@ std::map<std::string, int> hash_map_keys(Balancer& b, int keys, uint64_t now = 1
 
 TEST(Balancer, PlainHashIsStableAndSpreads) {
   auto conf = load_upstream("hash $request_uri; server 10.0.0.1; server 10.0.0.2; server 10.0.0.3;");
-  Balancer b(*conf->http.proxy.upstreams[0]);
+  Balancer b(*conf->http.module<proxy::ProxyHttpConf>().upstreams[0]);
   const auto first = hash_map_keys(b, 3000);
   const auto again = hash_map_keys(b, 3000);
   EXPECT_EQ(first, again);  // the same key always lands on the same server
@@ -267,7 +267,7 @@ TEST(Balancer, PlainHashIsStableAndSpreads) {
 
 TEST(Balancer, PlainHashRehashesAwayFromAFailedServer) {
   auto conf = load_upstream("hash $request_uri; server 10.0.0.1; server 10.0.0.2; server 10.0.0.3;");
-  Balancer b(*conf->http.proxy.upstreams[0]);
+  Balancer b(*conf->http.module<proxy::ProxyHttpConf>().upstreams[0]);
   Balancer::Attempt a;
   b.start(a, "/k", 0);
   const int p = b.next(a, 1000);
@@ -279,7 +279,7 @@ TEST(Balancer, PlainHashRehashesAwayFromAFailedServer) {
 
 TEST(Balancer, ConsistentHashRingHas160PointsPerWeight) {
   auto conf = load_upstream("hash $request_uri consistent; server 127.0.0.1:8080 weight=2; server 127.0.0.1:8081;");
-  Balancer b(*conf->http.proxy.upstreams[0]);
+  Balancer b(*conf->http.module<proxy::ProxyHttpConf>().upstreams[0]);
   const auto& pts = b.points();
   EXPECT_GE(pts.size(), 470u);  // 480 minus (rare) duplicate hashes
   EXPECT_LE(pts.size(), 480u);
@@ -301,8 +301,8 @@ TEST(Balancer, ConsistentHashMovesOnlyTheKeysOfARemovedServer) {
   auto four = load_upstream(
       "hash $request_uri consistent; server 10.0.0.1:80; server 10.0.0.2:80; server 10.0.0.3:80; server 10.0.0.4:80;");
   auto three = load_upstream("hash $request_uri consistent; server 10.0.0.1:80; server 10.0.0.2:80; server 10.0.0.3:80;");
-  Balancer b4(*four->http.proxy.upstreams[0]);
-  Balancer b3(*three->http.proxy.upstreams[0]);
+  Balancer b4(*four->http.module<proxy::ProxyHttpConf>().upstreams[0]);
+  Balancer b3(*three->http.module<proxy::ProxyHttpConf>().upstreams[0]);
   const auto m4 = hash_map_keys(b4, 4000);
   const auto m3 = hash_map_keys(b3, 4000);
   EXPECT_EQ(m4, hash_map_keys(b4, 4000));  // stable
@@ -323,7 +323,7 @@ TEST(Balancer, ConsistentHashSkipsAFailedServerToTheNextPoint) {
   auto conf = load_upstream(
       "hash $request_uri consistent; server 10.0.0.1:80 max_fails=1 fail_timeout=30s; server 10.0.0.2:80 "
       "max_fails=1 fail_timeout=30s; server 10.0.0.3:80 max_fails=1 fail_timeout=30s;");
-  Balancer b(*conf->http.proxy.upstreams[0]);
+  Balancer b(*conf->http.module<proxy::ProxyHttpConf>().upstreams[0]);
   const auto before = hash_map_keys(b, 2000, 1000);
   // Fail server 0 once (max_fails=1): its keys move, the others' keys do not.
   Balancer::Attempt a;

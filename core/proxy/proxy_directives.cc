@@ -18,7 +18,7 @@
 //
 // The `upstream` block's body is read by its own setter (its `server` is not the http-level `server` block,
 // so it cannot go through the shared directive registry). Names in `proxy_pass` are resolved once the whole
-// file is read (finalize_proxy, called by config/finalize.cc), because nginx allows an upstream block to
+// file is read (finalize_conf, the module's finalize hook), because nginx allows an upstream block to
 // follow the locations that use it; a `proxy_pass http://ADDR:PORT` without a block gets an implicit group of
 // one server, shared by every proxy_pass naming the same address (nginx's ngx_http_upstream_add).
 #include <arpa/inet.h>
@@ -36,16 +36,14 @@
 #include "core/config/directive.hh"
 #include "core/config/values.hh"
 #include "core/config/variables.hh"
+#include "core/proxy/proxy_conf.hh"
 #include "re2/re2.h"
 
-namespace kosoku::config {
+namespace kosoku::proxy {
 
 namespace {
 
-using proxy::ProxyLocationConf;
-using proxy::ProxySetHeader;
-using proxy::UpstreamConf;
-using proxy::UpstreamServerConf;
+using namespace config;  // the directive-table vocabulary: Builder, Scope, Directive, set_*, inherit
 
 // One address of an upstream server.
 struct Resolved {
@@ -242,7 +240,7 @@ bool set_upstream(Builder& b, Scope& s, const Directive& d) {
   up->file = d.loc.file;
   up->line = d.loc.line;
   if (up->name.empty() || up->name.find_first_of("/:$ ") != std::string::npos) return fail_invalid_value(b, d, 0);
-  for (const auto& other : s.main->http.proxy.upstreams) {
+  for (const auto& other : s.main->http.module<ProxyHttpConf>().upstreams) {
     if (other->name == up->name) return b.fail(d.args[0].loc, absl::StrCat("duplicate upstream ", quoted(up->name)));
   }
   Seen seen;
@@ -296,13 +294,13 @@ bool set_upstream(Builder& b, Scope& s, const Directive& d) {
       }
     }
   }
-  s.main->http.proxy.upstreams.push_back(std::move(up));
+  s.main->http.module<ProxyHttpConf>().upstreams.push_back(std::move(up));
   return true;
 }
 
 // `proxy_pass http://NAME[:PORT][/URI];`
 bool set_proxy_pass(Builder& b, Scope& s, const Directive& d) {
-  ProxyLocationConf& p = s.loc->proxy;
+  ProxyLocationConf& p = s.loc->module<ProxyLocationConf>();
   std::string_view url = d.args[0].value;
   if (absl::StartsWithIgnoreCase(url, "https://")) {
     return b.fail(d.args[0].loc, "https protocol requires SSL support");
@@ -367,16 +365,16 @@ bool set_proxy_set_header(Builder& b, Scope& s, const Directive& d) {
   // A field of the request sent upstream: control bytes in variables become SP (variables.hh, kField).
   h.value_tpl = compile_value(b, d.args[1], LogEscape::kField);
   if (!h.value_tpl) return false;
-  s.loc->proxy.set_header.push_back(std::move(h));
+  s.loc->module<ProxyLocationConf>().set_header.push_back(std::move(h));
   return true;
 }
 
 bool set_proxy_http_version(Builder& b, Scope& s, const Directive& d) {
   const std::string& v = d.args[0].value;
   if (v == "1.0") {
-    s.loc->proxy.http_version_minor = 0;
+    s.loc->module<ProxyLocationConf>().http_version_minor = 0;
   } else if (v == "1.1") {
-    s.loc->proxy.http_version_minor = 1;
+    s.loc->module<ProxyLocationConf>().http_version_minor = 1;
   } else {
     return fail_invalid_value(b, d, 0);
   }
@@ -412,7 +410,7 @@ bool set_proxy_next_upstream(Builder& b, Scope& s, const Directive& d) {
     if (!found) return fail_invalid_value(b, d, i);
   }
   if (off && d.args.size() > 1) return fail_invalid_value(b, d, 0);
-  s.loc->proxy.next_upstream = off ? 0 : mask;
+  s.loc->module<ProxyLocationConf>().next_upstream = off ? 0 : mask;
   return true;
 }
 
@@ -437,7 +435,7 @@ proxy::ProxyRedirect default_redirect(const ProxyLocationConf& p, const std::str
 // for `proxy_redirect PROXY_PASS_URL LOCATION_NAME` (or `URL/ /` when proxy_pass has no URI part) and must
 // follow proxy_pass in its location.
 bool set_proxy_redirect(Builder& b, Scope& s, const Directive& d) {
-  ProxyLocationConf& p = s.loc->proxy;
+  ProxyLocationConf& p = s.loc->module<ProxyLocationConf>();
   const std::string& first = d.args[0].value;
   if (d.args.size() == 1 && first == "off") {
     p.redirect_off = true;
@@ -480,24 +478,6 @@ bool set_proxy_redirect(Builder& b, Scope& s, const Directive& d) {
   return true;
 }
 
-template <bool ProxyLocationConf::*M>
-bool set_proxy_flag(Builder& b, Scope& s, const Directive& d) {
-  return parse_flag_arg(b, d, 0, &(s.loc->proxy.*M));
-}
-
-template <uint64_t ProxyLocationConf::*M>
-bool set_proxy_msec(Builder& b, Scope& s, const Directive& d) {
-  auto v = parse_time_ms(d.args[0].value);
-  if (!v) return fail_invalid_value(b, d, 0);
-  s.loc->proxy.*M = *v;
-  return true;
-}
-
-template <auto... M>
-void inherit_proxy(LocationConf& c, const LocationConf& p) {
-  ((c.proxy.*M = p.proxy.*M), ...);
-}
-
 // Upper bound of proxy_buffer_size, N × SIZE of proxy_buffers and proxy_busy_buffers_size (bytes).
 constexpr uint64_t kMaxProxyBuffers = 64u << 20;
 
@@ -509,7 +489,7 @@ bool set_proxy_buffers(Builder& b, Scope& s, const Directive& d) {
   auto size = parse_size(d.args[1].value);
   if (!n || *n == 0 || !size || *size == 0 || *n > kMaxProxyBuffers / *size) return fail_invalid_value(b, d, 0);
   if (*n < 2) return b.fail(d.args[0].loc, "there must be at least 2 \"proxy_buffers\"");
-  ProxyLocationConf& p = s.loc->proxy;
+  ProxyLocationConf& p = s.loc->module<ProxyLocationConf>();
   p.buffers_num = static_cast<uint32_t>(*n);
   p.buffers_size = *size;
   p.buffers_at = pos_of(d);
@@ -521,7 +501,7 @@ template <std::vector<std::string> ProxyLocationConf::*M>
 bool set_proxy_name_list(Builder& b, Scope& s, const Directive& d) {
   std::string name = absl::AsciiStrToLower(d.args[0].value);
   if (name.empty() || name.find_first_of(" \t\r\n:") != std::string::npos) return fail_invalid_value(b, d, 0);
-  (s.loc->proxy.*M).push_back(std::move(name));
+  (s.loc->module<ProxyLocationConf>().*M).push_back(std::move(name));
   return true;
 }
 
@@ -529,77 +509,77 @@ constexpr DirectiveSpec kProxyDirectives[] = {
     {.name = "upstream", .contexts = kCtxHttp, .args = kTake1, .flags = kBlock | kMulti, .set = set_upstream},
     {.name = "proxy_pass", .contexts = kCtxLocation, .args = kTake1, .set = set_proxy_pass},
     {.name = "proxy_set_header", .contexts = kCtxHttpAny, .args = kTake2, .flags = kMulti,
-     .set = set_proxy_set_header, .merge_loc = inherit_proxy<&ProxyLocationConf::set_header>},
+     .set = set_proxy_set_header, .merge_loc = inherit<&ProxyLocationConf::set_header>},
     {.name = "proxy_http_version", .contexts = kCtxHttpAny, .args = kTake1, .set = set_proxy_http_version,
-     .merge_loc = inherit_proxy<&ProxyLocationConf::http_version_minor>, .default_value = "1.0"},
+     .merge_loc = inherit<&ProxyLocationConf::http_version_minor>, .default_value = "1.0"},
     {.name = "proxy_connect_timeout", .contexts = kCtxHttpAny, .args = kTake1,
-     .set = set_proxy_msec<&ProxyLocationConf::connect_timeout_ms>,
-     .merge_loc = inherit_proxy<&ProxyLocationConf::connect_timeout_ms>, .default_value = "60s"},
+     .set = set_msec<&ProxyLocationConf::connect_timeout_ms>,
+     .merge_loc = inherit<&ProxyLocationConf::connect_timeout_ms>, .default_value = "60s"},
     {.name = "proxy_read_timeout", .contexts = kCtxHttpAny, .args = kTake1,
-     .set = set_proxy_msec<&ProxyLocationConf::read_timeout_ms>,
-     .merge_loc = inherit_proxy<&ProxyLocationConf::read_timeout_ms>, .default_value = "60s"},
+     .set = set_msec<&ProxyLocationConf::read_timeout_ms>,
+     .merge_loc = inherit<&ProxyLocationConf::read_timeout_ms>, .default_value = "60s"},
     {.name = "proxy_send_timeout", .contexts = kCtxHttpAny, .args = kTake1,
-     .set = set_proxy_msec<&ProxyLocationConf::send_timeout_ms>,
-     .merge_loc = inherit_proxy<&ProxyLocationConf::send_timeout_ms>, .default_value = "60s"},
+     .set = set_msec<&ProxyLocationConf::send_timeout_ms>,
+     .merge_loc = inherit<&ProxyLocationConf::send_timeout_ms>, .default_value = "60s"},
     {.name = "proxy_socket_keepalive", .contexts = kCtxHttpAny, .args = kTake1,
-     .set = set_proxy_flag<&ProxyLocationConf::socket_keepalive>,
-     .merge_loc = inherit_proxy<&ProxyLocationConf::socket_keepalive>, .default_value = "off"},
+     .set = set_flag<&ProxyLocationConf::socket_keepalive>,
+     .merge_loc = inherit<&ProxyLocationConf::socket_keepalive>, .default_value = "off"},
     {.name = "proxy_buffering", .contexts = kCtxHttpAny, .args = kTake1,
-     .set = set_proxy_flag<&ProxyLocationConf::buffering>,
-     .merge_loc = inherit_proxy<&ProxyLocationConf::buffering>, .default_value = "on"},
+     .set = set_flag<&ProxyLocationConf::buffering>,
+     .merge_loc = inherit<&ProxyLocationConf::buffering>, .default_value = "on"},
     {.name = "proxy_buffer_size", .contexts = kCtxHttpAny, .args = kTake1,
      .set = [](Builder& b, Scope& s, const Directive& d) {
        auto v = parse_size(d.args[0].value);
        if (!v || *v < 64 || *v > kMaxProxyBuffers) return fail_invalid_value(b, d, 0);
-       s.loc->proxy.buffer_size = *v;
-       s.loc->proxy.buffer_size_at = pos_of(d);
+       s.loc->module<ProxyLocationConf>().buffer_size = *v;
+       s.loc->module<ProxyLocationConf>().buffer_size_at = pos_of(d);
        return true;
      },
-     .merge_loc = inherit_proxy<&ProxyLocationConf::buffer_size, &ProxyLocationConf::buffer_size_at>,
+     .merge_loc = inherit<&ProxyLocationConf::buffer_size, &ProxyLocationConf::buffer_size_at>,
      .default_value = "4k"},
     {.name = "proxy_buffers", .contexts = kCtxHttpAny, .args = kTake2, .set = set_proxy_buffers,
-     .merge_loc = inherit_proxy<&ProxyLocationConf::buffers_num, &ProxyLocationConf::buffers_size,
+     .merge_loc = inherit<&ProxyLocationConf::buffers_num, &ProxyLocationConf::buffers_size,
                                 &ProxyLocationConf::buffers_at>,
      .default_value = "8 4k"},
     {.name = "proxy_busy_buffers_size", .contexts = kCtxHttpAny, .args = kTake1,
      .set = [](Builder& b, Scope& s, const Directive& d) {
        auto v = parse_size(d.args[0].value);
        if (!v || *v == 0 || *v > kMaxProxyBuffers) return fail_invalid_value(b, d, 0);
-       s.loc->proxy.busy_buffers_size = *v;
-       s.loc->proxy.busy_buffers_at = pos_of(d);
+       s.loc->module<ProxyLocationConf>().busy_buffers_size = *v;
+       s.loc->module<ProxyLocationConf>().busy_buffers_at = pos_of(d);
        return true;
      },
-     .merge_loc = inherit_proxy<&ProxyLocationConf::busy_buffers_size, &ProxyLocationConf::busy_buffers_at>,
+     .merge_loc = inherit<&ProxyLocationConf::busy_buffers_size, &ProxyLocationConf::busy_buffers_at>,
      .default_value = "8k"},
     {.name = "proxy_next_upstream", .contexts = kCtxHttpAny, .args = k1More, .set = set_proxy_next_upstream,
-     .merge_loc = inherit_proxy<&ProxyLocationConf::next_upstream>, .default_value = "error timeout"},
+     .merge_loc = inherit<&ProxyLocationConf::next_upstream>, .default_value = "error timeout"},
     {.name = "proxy_next_upstream_tries", .contexts = kCtxHttpAny, .args = kTake1,
      .set = [](Builder& b, Scope& s, const Directive& d) {
        auto v = parse_number(d.args[0].value);
        if (!v) return fail_invalid_value(b, d, 0);
-       s.loc->proxy.next_upstream_tries = static_cast<uint32_t>(*v);
+       s.loc->module<ProxyLocationConf>().next_upstream_tries = static_cast<uint32_t>(*v);
        return true;
      },
-     .merge_loc = inherit_proxy<&ProxyLocationConf::next_upstream_tries>, .default_value = "0"},
+     .merge_loc = inherit<&ProxyLocationConf::next_upstream_tries>, .default_value = "0"},
     {.name = "proxy_next_upstream_timeout", .contexts = kCtxHttpAny, .args = kTake1,
-     .set = set_proxy_msec<&ProxyLocationConf::next_upstream_timeout_ms>,
-     .merge_loc = inherit_proxy<&ProxyLocationConf::next_upstream_timeout_ms>, .default_value = "0"},
+     .set = set_msec<&ProxyLocationConf::next_upstream_timeout_ms>,
+     .merge_loc = inherit<&ProxyLocationConf::next_upstream_timeout_ms>, .default_value = "0"},
     {.name = "proxy_pass_request_headers", .contexts = kCtxHttpAny, .args = kTake1,
-     .set = set_proxy_flag<&ProxyLocationConf::pass_request_headers>,
-     .merge_loc = inherit_proxy<&ProxyLocationConf::pass_request_headers>, .default_value = "on"},
+     .set = set_flag<&ProxyLocationConf::pass_request_headers>,
+     .merge_loc = inherit<&ProxyLocationConf::pass_request_headers>, .default_value = "on"},
     {.name = "proxy_pass_request_body", .contexts = kCtxHttpAny, .args = kTake1,
-     .set = set_proxy_flag<&ProxyLocationConf::pass_request_body>,
-     .merge_loc = inherit_proxy<&ProxyLocationConf::pass_request_body>, .default_value = "on"},
+     .set = set_flag<&ProxyLocationConf::pass_request_body>,
+     .merge_loc = inherit<&ProxyLocationConf::pass_request_body>, .default_value = "on"},
     {.name = "proxy_pass_header", .contexts = kCtxHttpAny, .args = kTake1, .flags = kMulti,
      .set = set_proxy_name_list<&ProxyLocationConf::pass_header>,
-     .merge_loc = inherit_proxy<&ProxyLocationConf::pass_header>},
+     .merge_loc = inherit<&ProxyLocationConf::pass_header>},
     {.name = "proxy_hide_header", .contexts = kCtxHttpAny, .args = kTake1, .flags = kMulti,
      .set = set_proxy_name_list<&ProxyLocationConf::hide_header>,
-     .merge_loc = inherit_proxy<&ProxyLocationConf::hide_header>},
+     .merge_loc = inherit<&ProxyLocationConf::hide_header>},
     {.name = "proxy_redirect", .contexts = kCtxHttpAny, .args = kTake12, .flags = kMulti, .set = set_proxy_redirect,
      .merge_loc = [](LocationConf& c, const LocationConf& p) {
-       c.proxy.redirect = p.proxy.redirect;
-       c.proxy.redirect_off = p.proxy.redirect_off;
+       c.module<ProxyLocationConf>().redirect = p.module<ProxyLocationConf>().redirect;
+       c.module<ProxyLocationConf>().redirect_off = p.module<ProxyLocationConf>().redirect_off;
      }},  // default: `default`, built per location at load (it needs the location's proxy_pass)
 };
 
@@ -617,7 +597,7 @@ constexpr std::string_view kDefaultHidden[] = {
 };
 
 void build_effective(LocationConf& loc) {
-  ProxyLocationConf& p = loc.proxy;
+  ProxyLocationConf& p = loc.module<ProxyLocationConf>();
   p.headers = p.set_header;
   for (const auto& [name, value] : kDefaultHeaders) {
     bool named = false;
@@ -647,7 +627,7 @@ void build_effective(LocationConf& loc) {
 // the directive that made the combination wrong: proxy_busy_buffers_size when written, else the larger of
 // proxy_buffer_size / proxy_buffers.
 bool check_buffers(Builder& b, LocationConf& loc) {
-  ProxyLocationConf& p = loc.proxy;
+  ProxyLocationConf& p = loc.module<ProxyLocationConf>();
   const uint64_t size = p.buffer_size > p.buffers_size ? p.buffer_size : p.buffers_size;
   const bool busy_written = p.busy_buffers_size != 0;
   if (!busy_written) p.busy_buffers_size = 2 * size;
@@ -671,10 +651,10 @@ bool check_buffers(Builder& b, LocationConf& loc) {
 }
 
 bool resolve_pass(Builder& b, LocationConf& loc) {
-  ProxyLocationConf& p = loc.proxy;
+  ProxyLocationConf& p = loc.module<ProxyLocationConf>();
   if (!p.pass) return true;
   SourceLoc where{p.pass_file, p.pass_line, p.pass_col};
-  auto& ups = b.main->http.proxy.upstreams;
+  auto& ups = b.main->http.module<ProxyHttpConf>().upstreams;
   for (const auto& up : ups) {
     if (up->implicit || up->name != p.pass_host) continue;
     if (p.pass_port != 0) {
@@ -731,9 +711,10 @@ bool finalize_locations(Builder& b, std::vector<LocationConf>& locs) {
 
 }  // namespace
 
-std::span<const DirectiveSpec> proxy_directives() { return kProxyDirectives; }
+std::span<const config::DirectiveSpec> directives() { return kProxyDirectives; }
 
-bool finalize_proxy(Builder& b) {
+bool finalize_conf(config::Builder& b) {
+  using namespace config;
   HttpConf& http = b.main->http;
   for (auto& srv : http.servers) {
     build_effective(srv->base);
@@ -741,8 +722,9 @@ bool finalize_proxy(Builder& b) {
       return false;
     }
   }
-  for (size_t i = 0; i < http.proxy.upstreams.size(); ++i) http.proxy.upstreams[i]->index = static_cast<uint32_t>(i);
+  auto& upstreams = http.module<ProxyHttpConf>().upstreams;
+  for (size_t i = 0; i < upstreams.size(); ++i) upstreams[i]->index = static_cast<uint32_t>(i);
   return true;
 }
 
-}  // namespace kosoku::config
+}  // namespace kosoku::proxy

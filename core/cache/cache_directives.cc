@@ -6,7 +6,7 @@
 // block does not set it (lists as a whole); proxy_cache_purge acts only where written.
 //
 // Names used before they are defined: a `proxy_cache ZONE` may precede its proxy_cache_path (nginx resolves
-// zones at the end of the http block); finalize_cache checks every zone name once the whole file is read.
+// zones at the end of the http block); finalize_conf checks every zone name once the whole file is read.
 // split_clients must precede the uses of its variable (kosoku compiles templates as it reads them).
 #include <arpa/inet.h>
 
@@ -18,22 +18,25 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "core/cache/cache_conf.hh"
 #include "core/cache/purge_key.hh"
 #include "core/config/build.hh"
 #include "core/config/directive.hh"
 #include "core/config/values.hh"
 #include "core/config/variables.hh"
 
-namespace kosoku::config {
+namespace kosoku::cache {
 
 namespace {
 
-using cache::CacheLocConf;
-using cache::CachePathConf;
-using cache::CacheValid;
-using cache::PurgeConf;
-using cache::SplitClientsConf;
-using cache::SplitPart;
+using namespace config;  // the directive-table vocabulary: Builder, Scope, Directive, set_*, inherit
+
+/// Zone names written before their proxy_cache_path may be read; checked by finalize_conf (loading only).
+struct CacheBuildState {
+  static constexpr ConfLevel kLevel = ConfLevel::kMain;  // kept in Builder::scratch
+  std::vector<NameRef> zone_refs;        // `proxy_cache ZONE`
+  std::vector<NameRef> purge_zone_refs;  // `proxy_cache_purge ZONE KEY`
+};
 
 std::shared_ptr<const Template> compile_value(Builder& b, const Arg& a) {
   std::string err;
@@ -123,17 +126,17 @@ bool set_cache_path(Builder& b, Scope& s, const Directive& d) {
     }
   }
   if (!have_zone) return b.fail(d.loc, "\"proxy_cache_path\" must have \"keys_zone\" parameter");
-  for (const CachePathConf& other : s.main->http.cache.paths) {
+  for (const CachePathConf& other : s.main->http.module<CacheHttpConf>().paths) {
     if (other.zone == p.zone) return b.fail(d.loc, absl::StrCat("duplicate zone ", quoted(p.zone)));
     if (other.path == p.path) return b.fail(d.args[0].loc, absl::StrCat("duplicate cache path ", quoted(p.path)));
   }
-  s.main->http.cache.paths.push_back(std::move(p));
+  s.main->http.module<CacheHttpConf>().paths.push_back(std::move(p));
   return true;
 }
 
 // `proxy_cache ZONE | $var | off;`
 bool set_proxy_cache(Builder& b, Scope& s, const Directive& d) {
-  CacheLocConf& c = s.loc->cache;
+  CacheLocConf& c = s.loc->module<CacheLocConf>();
   const Arg& a = d.args[0];
   if (a.value == "off") {
     c.enabled = false;
@@ -150,7 +153,7 @@ bool set_proxy_cache(Builder& b, Scope& s, const Directive& d) {
   }
   c.zone = a.value;
   c.zone_tpl.reset();
-  b.cache_zone_refs.push_back(NameRef{c.zone, a.loc});
+  b.scratch.get<CacheBuildState>().zone_refs.push_back(NameRef{c.zone, a.loc});
   return true;
 }
 
@@ -158,8 +161,8 @@ bool set_cache_key(Builder& b, Scope& s, const Directive& d) {
   if (d.args[0].value.empty()) return fail_invalid_value(b, d, 0);
   auto t = compile_value(b, d.args[0]);
   if (!t) return false;
-  s.loc->cache.key = std::move(t);
-  s.loc->cache.key_text = d.args[0].value;
+  s.loc->module<CacheLocConf>().key = std::move(t);
+  s.loc->module<CacheLocConf>().key_text = d.args[0].value;
   return true;
 }
 
@@ -184,10 +187,10 @@ bool set_cache_valid(Builder& b, Scope& s, const Directive& d) {
     // nginx stores `any` as status 0 among the others; a lookup returns at the first of either.
     CacheValid rest = v;
     rest.any = false;
-    s.loc->cache.valid.push_back(rest);
+    s.loc->module<CacheLocConf>().valid.push_back(rest);
     v.codes.clear();
   }
-  s.loc->cache.valid.push_back(std::move(v));
+  s.loc->module<CacheLocConf>().valid.push_back(std::move(v));
   return true;
 }
 
@@ -206,13 +209,13 @@ bool set_cache_methods(Builder& b, Scope& s, const Directive& d) {
       return b.fail(d.args[i].loc, absl::StrCat("invalid value ", quoted(v), " in ", quoted(d.name), " directive"));
     }
   }
-  s.loc->cache.methods = m;
+  s.loc->module<CacheLocConf>().methods = m;
   return true;
 }
 
 // `proxy_cache_bypass STRING ...;` / `proxy_no_cache STRING ...;` (lines add up).
 bool set_predicates(Builder& b, Scope& s, const Directive& d) {
-  auto& list = d.name == "proxy_cache_bypass" ? s.loc->cache.bypass : s.loc->cache.no_cache;
+  auto& list = d.name == "proxy_cache_bypass" ? s.loc->module<CacheLocConf>().bypass : s.loc->module<CacheLocConf>().no_cache;
   for (const Arg& a : d.args) {
     auto t = compile_value(b, a);
     if (!t) return false;
@@ -251,7 +254,7 @@ bool set_use_stale(Builder& b, Scope& s, const Directive& d) {
     }
     if (!found) return b.fail(a.loc, absl::StrCat("invalid value ", quoted(a.value)));
   }
-  s.loc->cache.use_stale = off ? 0 : bits;
+  s.loc->module<CacheLocConf>().use_stale = off ? 0 : bits;
   return true;
 }
 
@@ -279,7 +282,7 @@ bool set_ignore_headers(Builder& b, Scope& s, const Directive& d) {
     }
     if (!found) return b.fail(a.loc, absl::StrCat("invalid value ", quoted(a.value)));
   }
-  s.loc->cache.ignore_headers = bits;
+  s.loc->module<CacheLocConf>().ignore_headers = bits;
   return true;
 }
 
@@ -329,18 +332,18 @@ bool set_cache_purge(Builder& b, Scope& s, const Directive& d) {
     if (!p.key) return false;
     if (d.args[1].value.empty()) return fail_invalid_value(b, d, 1);
     if (!p.any_host) {
-      if (std::string why = cache::check_purge_template(*p.key); !why.empty()) {
+      if (std::string why = check_purge_template(*p.key); !why.empty()) {
         return b.fail(d.args[1].loc, absl::StrCat("\"proxy_cache_purge\" key ", quoted(d.args[1].value), " ", why,
                                                   "; add \"any_host\" if that is intended"));
       }
     }
-    b.purge_zone_refs.push_back(NameRef{p.zone, d.args[0].loc});
-    s.loc->cache.purge = std::move(p);
+    b.scratch.get<CacheBuildState>().purge_zone_refs.push_back(NameRef{p.zone, d.args[0].loc});
+    s.loc->module<CacheLocConf>().purge = std::move(p);
     return true;
   }
   if (first == "off") {
     if (d.args.size() > 1) return b.fail(d.args[1].loc, absl::StrCat("invalid parameter ", quoted(d.args[1].value)));
-    s.loc->cache.purge = PurgeConf{};
+    s.loc->module<CacheLocConf>().purge = PurgeConf{};
     return true;
   }
   p.mode = PurgeConf::Mode::kMethod;
@@ -373,7 +376,7 @@ bool set_cache_purge(Builder& b, Scope& s, const Directive& d) {
       p.from.push_back(f);
     }
   }
-  s.loc->cache.purge = std::move(p);
+  s.loc->module<CacheLocConf>().purge = std::move(p);
   return true;
 }
 
@@ -441,13 +444,8 @@ bool set_split_clients(Builder& b, Scope& s, const Directive& d) {
     }
     sc.parts.push_back(std::move(part));
   }
-  s.main->http.cache.split_clients.push_back(std::move(sc));
+  s.main->http.module<CacheHttpConf>().split_clients.push_back(std::move(sc));
   return true;
-}
-
-template <auto M>
-void inherit_cache(LocationConf& c, const LocationConf& p) {
-  c.cache.*M = p.cache.*M;
 }
 
 constexpr DirectiveSpec kCacheDirectives[] = {
@@ -455,68 +453,68 @@ constexpr DirectiveSpec kCacheDirectives[] = {
     {.name = "proxy_cache", .contexts = kCtxHttpAny, .args = kTake1, .set = set_proxy_cache,
      .merge_loc =
          [](LocationConf& c, const LocationConf& p) {
-           c.cache.enabled = p.cache.enabled;
-           c.cache.zone = p.cache.zone;
-           c.cache.zone_tpl = p.cache.zone_tpl;
+           c.module<CacheLocConf>().enabled = p.module<CacheLocConf>().enabled;
+           c.module<CacheLocConf>().zone = p.module<CacheLocConf>().zone;
+           c.module<CacheLocConf>().zone_tpl = p.module<CacheLocConf>().zone_tpl;
          },
      .default_value = "off"},
     {.name = "proxy_cache_key", .contexts = kCtxHttpAny, .args = kTake1, .set = set_cache_key,
      .merge_loc =
          [](LocationConf& c, const LocationConf& p) {
-           c.cache.key = p.cache.key;
-           c.cache.key_text = p.cache.key_text;
+           c.module<CacheLocConf>().key = p.module<CacheLocConf>().key;
+           c.module<CacheLocConf>().key_text = p.module<CacheLocConf>().key_text;
          },
      .default_value = "$scheme$proxy_host$request_uri"},
     {.name = "proxy_cache_valid", .contexts = kCtxHttpAny, .args = k1More, .flags = kMulti, .set = set_cache_valid,
-     .merge_loc = inherit_cache<&CacheLocConf::valid>},
+     .merge_loc = inherit<&CacheLocConf::valid>},
     {.name = "proxy_cache_methods", .contexts = kCtxHttpAny, .args = k1More, .set = set_cache_methods,
-     .merge_loc = inherit_cache<&CacheLocConf::methods>},
+     .merge_loc = inherit<&CacheLocConf::methods>},
     {.name = "proxy_cache_min_uses", .contexts = kCtxHttpAny, .args = kTake1,
      .set =
          [](Builder& b, Scope& s, const Directive& d) {
            auto n = parse_number(d.args[0].value);
            if (!n || *n == 0) return fail_invalid_value(b, d, 0);
-           s.loc->cache.min_uses = static_cast<uint32_t>(*n);
+           s.loc->module<CacheLocConf>().min_uses = static_cast<uint32_t>(*n);
            return true;
          },
-     .merge_loc = inherit_cache<&CacheLocConf::min_uses>, .default_value = "1"},
+     .merge_loc = inherit<&CacheLocConf::min_uses>, .default_value = "1"},
     {.name = "proxy_cache_bypass", .contexts = kCtxHttpAny, .args = k1More, .flags = kMulti, .set = set_predicates,
-     .merge_loc = inherit_cache<&CacheLocConf::bypass>},
+     .merge_loc = inherit<&CacheLocConf::bypass>},
     {.name = "proxy_no_cache", .contexts = kCtxHttpAny, .args = k1More, .flags = kMulti, .set = set_predicates,
-     .merge_loc = inherit_cache<&CacheLocConf::no_cache>},
+     .merge_loc = inherit<&CacheLocConf::no_cache>},
     {.name = "proxy_cache_revalidate", .contexts = kCtxHttpAny, .args = kTake1,
-     .set = [](Builder& b, Scope& s, const Directive& d) { return parse_flag_arg(b, d, 0, &s.loc->cache.revalidate); },
-     .merge_loc = inherit_cache<&CacheLocConf::revalidate>, .default_value = "off"},
+     .set = [](Builder& b, Scope& s, const Directive& d) { return parse_flag_arg(b, d, 0, &s.loc->module<CacheLocConf>().revalidate); },
+     .merge_loc = inherit<&CacheLocConf::revalidate>, .default_value = "off"},
     {.name = "proxy_cache_convert_head", .contexts = kCtxHttpAny, .args = kTake1,
-     .set = [](Builder& b, Scope& s, const Directive& d) { return parse_flag_arg(b, d, 0, &s.loc->cache.convert_head); },
-     .merge_loc = inherit_cache<&CacheLocConf::convert_head>, .default_value = "on"},
+     .set = [](Builder& b, Scope& s, const Directive& d) { return parse_flag_arg(b, d, 0, &s.loc->module<CacheLocConf>().convert_head); },
+     .merge_loc = inherit<&CacheLocConf::convert_head>, .default_value = "on"},
     {.name = "proxy_cache_lock", .contexts = kCtxHttpAny, .args = kTake1,
-     .set = [](Builder& b, Scope& s, const Directive& d) { return parse_flag_arg(b, d, 0, &s.loc->cache.lock); },
-     .merge_loc = inherit_cache<&CacheLocConf::lock>, .default_value = "off"},
+     .set = [](Builder& b, Scope& s, const Directive& d) { return parse_flag_arg(b, d, 0, &s.loc->module<CacheLocConf>().lock); },
+     .merge_loc = inherit<&CacheLocConf::lock>, .default_value = "off"},
     {.name = "proxy_cache_lock_timeout", .contexts = kCtxHttpAny, .args = kTake1,
      .set = [](Builder& b, Scope& s, const Directive& d) {
        auto t = parse_time_ms(d.args[0].value);
        if (!t) return fail_invalid_value(b, d, 0);
-       s.loc->cache.lock_timeout_ms = *t;
+       s.loc->module<CacheLocConf>().lock_timeout_ms = *t;
        return true;
      },
-     .merge_loc = inherit_cache<&CacheLocConf::lock_timeout_ms>, .default_value = "5s"},
+     .merge_loc = inherit<&CacheLocConf::lock_timeout_ms>, .default_value = "5s"},
     {.name = "proxy_cache_lock_age", .contexts = kCtxHttpAny, .args = kTake1,
      .set = [](Builder& b, Scope& s, const Directive& d) {
        auto t = parse_time_ms(d.args[0].value);
        if (!t) return fail_invalid_value(b, d, 0);
-       s.loc->cache.lock_age_ms = *t;
+       s.loc->module<CacheLocConf>().lock_age_ms = *t;
        return true;
      },
-     .merge_loc = inherit_cache<&CacheLocConf::lock_age_ms>, .default_value = "5s"},
+     .merge_loc = inherit<&CacheLocConf::lock_age_ms>, .default_value = "5s"},
     {.name = "proxy_cache_use_stale", .contexts = kCtxHttpAny, .args = k1More, .set = set_use_stale,
-     .merge_loc = inherit_cache<&CacheLocConf::use_stale>, .default_value = "off"},
+     .merge_loc = inherit<&CacheLocConf::use_stale>, .default_value = "off"},
     {.name = "proxy_cache_background_update", .contexts = kCtxHttpAny, .args = kTake1,
      .set = [](Builder& b, Scope& s,
-               const Directive& d) { return parse_flag_arg(b, d, 0, &s.loc->cache.background_update); },
-     .merge_loc = inherit_cache<&CacheLocConf::background_update>, .default_value = "off"},
+               const Directive& d) { return parse_flag_arg(b, d, 0, &s.loc->module<CacheLocConf>().background_update); },
+     .merge_loc = inherit<&CacheLocConf::background_update>, .default_value = "off"},
     {.name = "proxy_ignore_headers", .contexts = kCtxHttpAny, .args = k1More, .set = set_ignore_headers,
-     .merge_loc = inherit_cache<&CacheLocConf::ignore_headers>},
+     .merge_loc = inherit<&CacheLocConf::ignore_headers>},
     {.name = "proxy_cache_purge", .contexts = kCtxHttpAny, .args = k1More, .set = set_cache_purge},
     {.name = "split_clients", .contexts = kCtxHttp, .args = kTake2, .flags = kBlock | kMulti,
      .set = set_split_clients},
@@ -525,12 +523,12 @@ constexpr DirectiveSpec kCacheDirectives[] = {
 // A wildcard method-form purge selects keys by the location's (merged) proxy_cache_key: it needs a host
 // segment there (cache/purge_key.hh) unless any_host says otherwise. The default key has $proxy_host.
 bool check_wildcard_purge(Builder& b, const LocationConf& loc) {
-  const PurgeConf& p = loc.cache.purge;
-  if (p.mode != PurgeConf::Mode::kMethod || !p.wildcard || p.any_host || loc.cache.key == nullptr) return true;
-  std::string why = cache::check_purge_template(*loc.cache.key);
+  const PurgeConf& p = loc.module<CacheLocConf>().purge;
+  if (p.mode != PurgeConf::Mode::kMethod || !p.wildcard || p.any_host || loc.module<CacheLocConf>().key == nullptr) return true;
+  std::string why = check_purge_template(*loc.module<CacheLocConf>().key);
   if (why.empty()) return true;
   return b.fail(SourceLoc{p.file, p.line, p.col},
-                absl::StrCat("\"proxy_cache_purge ... wildcard\": the cache key ", quoted(loc.cache.key_text), " ", why,
+                absl::StrCat("\"proxy_cache_purge ... wildcard\": the cache key ", quoted(loc.module<CacheLocConf>().key_text), " ", why,
                              "; add \"any_host\" if that is intended"));
 }
 
@@ -543,16 +541,17 @@ bool check_wildcard_purges(Builder& b, const std::vector<LocationConf>& locs) {
 
 }  // namespace
 
-std::span<const DirectiveSpec> cache_directives() { return kCacheDirectives; }
+std::span<const config::DirectiveSpec> directives() { return kCacheDirectives; }
 
-bool finalize_cache(Builder& b) {
-  const cache::CacheHttpConf& http = b.main->http.cache;
-  for (const NameRef& r : b.cache_zone_refs) {
+bool finalize_conf(config::Builder& b) {
+  using namespace config;
+  const CacheHttpConf& http = b.main->http.module<CacheHttpConf>();
+  for (const NameRef& r : b.scratch.get<CacheBuildState>().zone_refs) {
     if (http.find_zone(r.name) == nullptr) {
       return b.fail(r.loc, absl::StrCat("\"proxy_cache\" zone ", quoted(r.name), " is unknown"));
     }
   }
-  for (const NameRef& r : b.purge_zone_refs) {
+  for (const NameRef& r : b.scratch.get<CacheBuildState>().purge_zone_refs) {
     if (http.find_zone(r.name) == nullptr) {
       return b.fail(r.loc, absl::StrCat("\"proxy_cache_purge\" zone ", quoted(r.name), " is unknown"));
     }
@@ -563,4 +562,4 @@ bool finalize_cache(Builder& b) {
   return true;
 }
 
-}  // namespace kosoku::config
+}  // namespace kosoku::cache

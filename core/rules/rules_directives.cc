@@ -14,12 +14,16 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/config/directive.hh"
+#include "core/rules/rules_conf.hh"
+#include "core/rules/rules_core.hh"
 
-namespace kosoku::config {
+namespace kosoku::rules {
 
 namespace {
 
-rules::RulesConf& rules_of(Scope& s) { return s.main->http.rules; }
+using namespace config;  // the directive-table vocabulary: Builder, Scope, Directive, set_*
+
+RulesConf& rules_of(Scope& s) { return s.main->http.module<RulesConf>(); }
 
 bool set_rules_file(Builder& b, Scope& s, const Directive& d) {
   if (d.args[0].value.empty()) return fail_invalid_value(b, d, 0);
@@ -57,7 +61,7 @@ bool set_rules_compiled(Builder& b, Scope& s, const Directive& d) {
 }
 
 bool set_rules_admin(Builder&, Scope& s, const Directive&) {
-  s.loc->cache_rules_admin = true;
+  s.loc->module<RulesLocConf>().admin = true;
   return true;
 }
 
@@ -71,6 +75,6 @@ constexpr DirectiveSpec kRulesDirectives[] = {
 
 }  // namespace
 
-std::span<const DirectiveSpec> rules_directives() { return kRulesDirectives; }
+std::span<const config::DirectiveSpec> directives() { return kRulesDirectives; }
 
-}  // namespace kosoku::config
+}  // namespace kosoku::rules

@@ -1,0 +1,19 @@
+// A module's per-core part (config/module.hh: Module::init_core): what a module keeps on one loop — its
+// content handler, its pollers and timers, its per-core caches. Created on the loop's thread by
+// HttpServer::init_modules in registry order, destroyed by the HttpServer in reverse order; used only on that
+// loop.
+#pragma once
+
+namespace kosoku::http {
+
+class ContentHandler;
+
+class ModuleCore {
+ public:
+  virtual ~ModuleCore() = default;
+  /// The module's content handler on this core (for the locations its Module::content predicate accepts);
+  /// null if the module provides none. Stable for the core's lifetime.
+  virtual ContentHandler* content_handler() { return nullptr; }
+};
+
+}  // namespace kosoku::http

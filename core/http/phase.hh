@@ -1,0 +1,35 @@
+// nginx's request phases (ngx_http_core_module's phase engine), in the order a request passes them. The
+// connection runs its own steps (reading the head, choosing the server and the location, the body limits);
+// modules join a phase with a PhaseHandler in their descriptor (config/module.hh: Module::phases), and the
+// HttpServer flattens every module's handlers once, at start, in phase order and, within a phase, in registry
+// order (HttpServer::phase_handlers).
+#pragma once
+
+#include <cstdint>
+
+namespace kosoku::http {
+
+class Exchange;
+
+enum class Phase : uint8_t {
+  kPostRead,       // the head is read: URI normalisation
+  kServerRewrite,  // the server-level `return`
+  kFindConfig,     // the location, then its body-size and Expect checks
+  kRewrite,        // rewrite-module work inside the location
+  kAccess,         // allow/deny and other access checks
+  kPreContent,     // try_files-like steps before the content handler
+  kContent,        // the location's content handler (LocationConf::content) or `return`
+  kLog,            // access_log, after the response
+};
+
+enum class PhaseResult : uint8_t {
+  kNext,  // go on with the next handler
+  kDone,  // the handler answered the request (or will): stop here
+};
+
+struct PhaseHandler {
+  Phase phase = Phase::kAccess;
+  PhaseResult (*run)(Exchange& ex) = nullptr;
+};
+
+}  // namespace kosoku::http

@@ -1,0 +1,38 @@
+// The module registry (config/module.hh): every module of the binary, in order, as nginx's generated
+// objs/ngx_modules.c. The order is the order of finalize hooks and of per-core start, and decides which
+// module serves a location when several would (the first whose content predicate accepts it): the rules
+// admin API, proxy_pass, a purge location, the status page, and static files for everything else.
+#include <array>
+
+#include "core/access/access_conf.hh"
+#include "core/cache/cache_conf.hh"
+#include "core/config/module.hh"
+#include "core/proxy/proxy_conf.hh"
+#include "core/rules/rules_core.hh"
+#include "core/static/static_handler.hh"
+#include "core/stats/status_module.hh"
+
+namespace kosoku::config {
+
+std::span<Module* const> modules() {
+  static const std::array<Module*, 11> kModules = [] {
+    std::array<Module*, 11> list = {
+        &core_module(),       // main context: workers, error_log, disk_queue, events, http
+        &appliance_module(),  // appliance { }
+        &http_core_module(),  // server, listen, server_name, location, client_* limits
+        &http_module(),       // root, index, try_files, add_header, return, allow/deny, access_log, ...
+        &access::module(),    // allow, deny (ACCESS phase)
+        &rules::module(),
+        &proxy::module(),
+        &cache::module(),
+        &network_module(),    // network kernel|dpdk, dpdk { } (checked once the listen addresses are final)
+        &stats::status_module(),
+        &static_files::module(),
+    };
+    for (size_t i = 0; i < list.size(); ++i) list[i]->index = i;
+    return list;
+  }();
+  return kModules;
+}
+
+}  // namespace kosoku::config

@@ -1,0 +1,19 @@
+// The `status` module's configuration and descriptor (stats/status_module.cc).
+#pragma once
+
+#include "core/config/module_conf.hh"
+
+namespace kosoku::config {
+struct Module;
+}
+
+namespace kosoku::stats {
+
+struct StatusLocConf {
+  static constexpr config::ConfLevel kLevel = config::ConfLevel::kLocation;
+  bool enabled = false;  // `status;`: this location serves the counters
+};
+
+config::Module& status_module();
+
+}  // namespace kosoku::stats
