@@ -28,6 +28,8 @@ enum Context : uint32_t {
   kCtxServer = 1u << 3,     // server { }
   kCtxLocation = 1u << 4,   // location { } (any depth)
   kCtxAppliance = 1u << 5,  // appliance { }
+  kCtxUpstream = 1u << 6,   // upstream NAME { } (http; core/proxy/)
+  kCtxDpdk = 1u << 7,       // dpdk { } (main)
 };
 inline constexpr uint32_t kCtxHttpAny = kCtxHttp | kCtxServer | kCtxLocation;
 inline constexpr uint32_t kCtxServerAny = kCtxServer | kCtxLocation;

@@ -72,10 +72,13 @@ struct DirectiveSpec {
 /// The slot a row marks in its block.
 inline std::string_view slot_of(const DirectiveSpec& row) { return row.slot.empty() ? row.name : row.slot; }
 
-/// Every module's table, in registry order (config/module.hh). Names are unique across tables (unit-tested).
+/// Every module's table, in registry order (config/module.hh). A name is claimed by at most one row per
+/// context (unit-tested): `server` is a block in http and a line in upstream, `address` a line in appliance
+/// and in dpdk.
 std::vector<std::span<const DirectiveSpec>> directive_tables();
-/// The row named `name`, or null.
-const DirectiveSpec* find_directive(std::string_view name);
+/// The row named `name` that may appear in context `ctx`; else some row of that name (its contexts then
+/// exclude `ctx`: "not allowed here"); else null (unknown directive).
+const DirectiveSpec* find_directive(std::string_view name, uint32_t ctx);
 
 // The core's own tables (config/directives_*.cc), named by the core module descriptors (config/module.cc).
 std::span<const DirectiveSpec> core_directives();
@@ -108,6 +111,8 @@ C& target(Scope& s) {
     return *s.srv;
   } else if constexpr (std::is_same_v<C, MainConf>) {
     return *s.main;
+  } else if constexpr (std::is_same_v<C, DpdkConf>) {
+    return s.main->network.dpdk;
   } else {
     static_assert(std::is_same_v<C, ApplianceConf>, "no scope target for this class");
     return s.main->appliance;

@@ -1,8 +1,7 @@
 // `network kernel|dpdk;` and `dpdk { eal ...; address ...; gateway ...; idle_sleep ...; congestion_control ...;
-// rto_min ...; tx_zero_copy ...; tx_zero_copy_buffers ...; }` (main context): the network backend (config/network_conf.hh). The dpdk block's body is read
-// here and not through Builder::walk because its `address`/`gateway` share their names with the appliance
-// block's rows (names are unique across tables); the same generic errors are produced (unknown directive, `;`
-// vs `{`, argument count, duplicates).
+// rto_min ...; tx_zero_copy ...; tx_zero_copy_buffers ...; }` (main context): the network backend
+// (config/network_conf.hh). The dpdk block's body is its own context (kCtxDpdk) of the one table mechanism:
+// `address` and `gateway` there are other rows than the appliance block's.
 // finalize_dpdk checks the combinations once the whole file is read (the order of the blocks is free), and
 // the `eal` arguments (config/eal_args.hh), pointing at the offending argument.
 #include <arpa/inet.h>
@@ -55,72 +54,59 @@ bool set_network(Builder& b, Scope& s, const Directive& d) {
   return true;
 }
 
-bool set_dpdk_child(Builder& b, DpdkConf& c, const Directive& d, Seen& seen) {
-  struct Row {
-    std::string_view name;
-    Args args;
-    bool multi;
-  };
-  static constexpr Row kRows[] = {{"eal", k1More, true},
-                                  {"address", kTake1, false},
-                                  {"gateway", kTake1, false},
-                                  {"idle_sleep", kTake1, false},
-                                  {"congestion_control", kTake1, false},
-                                  {"rto_min", kTake1, false},
-                                  {"tx_zero_copy", kTake1, false},
-                                  {"tx_zero_copy_buffers", kTake1, false}};
-  const Row* row = nullptr;
-  for (const Row& r : kRows) row = r.name == d.name ? &r : row;
-  if (row == nullptr) return b.fail(d.loc, absl::StrCat("unknown directive ", quoted(d.name)));
-  if (d.block) return b.fail(d.loc, absl::StrCat("directive ", quoted(d.name), " is not terminated by \";\""));
-  if (d.args.size() < row->args.min || (row->args.max != kAnyArgs && d.args.size() > row->args.max)) {
-    return b.fail(d.loc, absl::StrCat("invalid number of arguments in ", quoted(d.name), " directive"));
+// `eal ARG ...;` (may repeat: the arguments accumulate in order)
+bool set_eal(Builder&, Scope& s, const Directive& d) {
+  DpdkConf& c = s.main->network.dpdk;
+  for (const Arg& a : d.args) {
+    c.eal.push_back(a.value);
+    c.eal_loc.push_back(pos_of(a.loc));
   }
-  if (!row->multi) {
-    if (seen.has(d.name)) return b.fail(d.loc, absl::StrCat(quoted(d.name), " directive is duplicate"));
-    seen.mark(d.name, d.name);
-  }
-  if (d.name == "eal") {
-    for (const Arg& a : d.args) {
-      c.eal.push_back(a.value);
-      c.eal_loc.push_back(pos_of(a.loc));
-    }
-    return true;
-  }
+  return true;
+}
+
+// `idle_sleep off|Nus|Nms|N;`
+bool set_idle_sleep(Builder& b, Scope& s, const Directive& d) {
+  std::optional<uint32_t> us = parse_idle_sleep(d.args[0].value);
+  if (!us) return fail_invalid_value(b, d, 0, ", it must be \"off\" or 1us..10ms (\"200us\", \"1ms\", \"1\" = 1ms)");
+  s.main->network.dpdk.idle_sleep_us = *us;
+  return true;
+}
+
+// `congestion_control cubic|reno;`
+bool set_congestion_control(Builder& b, Scope& s, const Directive& d) {
   std::string_view v = d.args[0].value;
-  if (d.name == "idle_sleep") {
-    std::optional<uint32_t> us = parse_idle_sleep(v);
-    if (!us) return fail_invalid_value(b, d, 0, ", it must be \"off\" or 1us..10ms (\"200us\", \"1ms\", \"1\" = 1ms)");
-    c.idle_sleep_us = *us;
-    return true;
-  }
-  if (d.name == "congestion_control") {
-    if (v != "cubic" && v != "reno") return fail_invalid_value(b, d, 0, ", it must be \"cubic\" or \"reno\"");
-    c.congestion_control = v == "reno" ? TcpCongestionControl::kReno : TcpCongestionControl::kCubic;
-    return true;
-  }
-  if (d.name == "rto_min") {
-    std::optional<uint64_t> ms = parse_time_ms(v);
-    if (!ms || *ms == 0 || *ms > 60'000) return fail_invalid_value(b, d, 0, ", it must be 1ms..60s (\"200ms\")");
-    c.rto_min_ms = static_cast<uint32_t>(*ms);
-    return true;
-  }
-  if (d.name == "tx_zero_copy") {
-    if (v != "on" && v != "off") return fail_invalid_value(b, d, 0, ", it must be \"on\" or \"off\"");
-    c.tx_zero_copy = v == "on";
-    return true;
-  }
-  if (d.name == "tx_zero_copy_buffers") {
-    std::optional<uint64_t> n = parse_number(v, 4096);
-    if (!n || *n == 0) return fail_invalid_value(b, d, 0, ", it must be 1..4096");
-    c.tx_zero_copy_buffers = static_cast<uint32_t>(*n);
-    return true;
-  }
-  if (d.name == "gateway") {
-    if (!parse_ipv4(v, &c.gateway) || c.gateway == 0) return fail_invalid_value(b, d, 0);
-    return true;
-  }
-  // address A.B.C.D/N (N = 1..32)
+  if (v != "cubic" && v != "reno") return fail_invalid_value(b, d, 0, ", it must be \"cubic\" or \"reno\"");
+  s.main->network.dpdk.congestion_control = v == "reno" ? TcpCongestionControl::kReno : TcpCongestionControl::kCubic;
+  return true;
+}
+
+// `rto_min TIME;` 1ms..60s
+bool set_rto_min(Builder& b, Scope& s, const Directive& d) {
+  std::optional<uint64_t> ms = parse_time_ms(d.args[0].value);
+  if (!ms || *ms == 0 || *ms > 60'000) return fail_invalid_value(b, d, 0, ", it must be 1ms..60s (\"200ms\")");
+  s.main->network.dpdk.rto_min_ms = static_cast<uint32_t>(*ms);
+  return true;
+}
+
+// `tx_zero_copy_buffers N;` 1..4096
+bool set_tx_zero_copy_buffers(Builder& b, Scope& s, const Directive& d) {
+  std::optional<uint64_t> n = parse_number(d.args[0].value, 4096);
+  if (!n || *n == 0) return fail_invalid_value(b, d, 0, ", it must be 1..4096");
+  s.main->network.dpdk.tx_zero_copy_buffers = static_cast<uint32_t>(*n);
+  return true;
+}
+
+// `gateway A.B.C.D;`
+bool set_gateway(Builder& b, Scope& s, const Directive& d) {
+  DpdkConf& c = s.main->network.dpdk;
+  if (!parse_ipv4(d.args[0].value, &c.gateway) || c.gateway == 0) return fail_invalid_value(b, d, 0);
+  return true;
+}
+
+// `address A.B.C.D/N;` (N = 1..32)
+bool set_address(Builder& b, Scope& s, const Directive& d) {
+  DpdkConf& c = s.main->network.dpdk;
+  std::string_view v = d.args[0].value;
   size_t slash = v.find('/');
   std::optional<uint64_t> n;
   if (slash != std::string_view::npos) n = parse_number(v.substr(slash + 1), 32);
@@ -132,21 +118,30 @@ bool set_dpdk_child(Builder& b, DpdkConf& c, const Directive& d, Seen& seen) {
   return true;
 }
 
-// `dpdk { ... }`
+// `dpdk { ... }`: its body is a context of its own (kCtxDpdk) read by the generic walk.
 bool set_dpdk(Builder& b, Scope& s, const Directive& d) {
   DpdkConf& c = s.main->network.dpdk;
   c.present = true;
   c.loc = pos_of(d.loc);
   Seen seen;
-  for (const Directive& child : d.children) {
-    if (!set_dpdk_child(b, c, child, seen)) return false;
-  }
-  return true;
+  Scope inner;
+  inner.ctx = kCtxDpdk;
+  inner.main = s.main;
+  inner.seen = &seen;
+  return b.walk(inner, d.children);
 }
 
 constexpr DirectiveSpec kDpdkDirectives[] = {
     {.name = "network", .contexts = kCtxMain, .args = kTake1, .set = set_network, .default_value = "kernel"},
     {.name = "dpdk", .contexts = kCtxMain, .args = kNoArgs, .flags = kBlock, .set = set_dpdk},
+    {.name = "eal", .contexts = kCtxDpdk, .args = k1More, .flags = kMulti, .set = set_eal},
+    {.name = "address", .contexts = kCtxDpdk, .args = kTake1, .set = set_address},
+    {.name = "gateway", .contexts = kCtxDpdk, .args = kTake1, .set = set_gateway},
+    {.name = "idle_sleep", .contexts = kCtxDpdk, .args = kTake1, .set = set_idle_sleep},
+    {.name = "congestion_control", .contexts = kCtxDpdk, .args = kTake1, .set = set_congestion_control},
+    {.name = "rto_min", .contexts = kCtxDpdk, .args = kTake1, .set = set_rto_min},
+    {.name = "tx_zero_copy", .contexts = kCtxDpdk, .args = kTake1, .set = set_flag<&DpdkConf::tx_zero_copy>},
+    {.name = "tx_zero_copy_buffers", .contexts = kCtxDpdk, .args = kTake1, .set = set_tx_zero_copy_buffers},
 };
 
 }  // namespace

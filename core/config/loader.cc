@@ -27,16 +27,20 @@ const Module* find_module(std::string_view name) {
   return nullptr;
 }
 
-const DirectiveSpec* find_directive(std::string_view name) {
-  static const absl::flat_hash_map<std::string, const DirectiveSpec*> kByName = [] {
-    absl::flat_hash_map<std::string, const DirectiveSpec*> m;
+const DirectiveSpec* find_directive(std::string_view name, uint32_t ctx) {
+  static const absl::flat_hash_map<std::string, std::vector<const DirectiveSpec*>> kByName = [] {
+    absl::flat_hash_map<std::string, std::vector<const DirectiveSpec*>> m;
     for (std::span<const DirectiveSpec> table : directive_tables()) {
-      for (const DirectiveSpec& row : table) m.try_emplace(std::string(row.name), &row);
+      for (const DirectiveSpec& row : table) m[std::string(row.name)].push_back(&row);
     }
     return m;
   }();
   auto it = kByName.find(absl::string_view(name.data(), name.size()));
-  return it == kByName.end() ? nullptr : it->second;
+  if (it == kByName.end()) return nullptr;
+  for (const DirectiveSpec* row : it->second) {
+    if (row->contexts & ctx) return row;
+  }
+  return it->second.front();
 }
 
 bool Builder::fail(const SourceLoc& loc, std::string_view message) {
@@ -48,7 +52,7 @@ void Builder::warn(const SourceLoc& loc, std::string_view message) { warnings.pu
 
 bool Builder::walk(Scope& scope, const std::vector<Directive>& body) {
   for (const Directive& d : body) {
-    const DirectiveSpec* row = find_directive(d.name);
+    const DirectiveSpec* row = find_directive(d.name, scope.ctx);
     if (row == nullptr) return fail(d.loc, absl::StrCat("unknown directive ", quoted(d.name)));
     if ((row->contexts & scope.ctx) == 0) {
       return fail(d.loc, absl::StrCat(quoted(d.name), " directive is not allowed here"));

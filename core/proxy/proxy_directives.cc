@@ -16,8 +16,8 @@
 // a name that does not resolve is `host not found in upstream "NAME"` at its file:line:col. Nothing is
 // resolved at run time.
 //
-// The `upstream` block's body is read by its own setter (its `server` is not the http-level `server` block,
-// so it cannot go through the shared directive registry). Names in `proxy_pass` are resolved once the whole
+// The `upstream` block's body is a context of its own (kCtxUpstream: its `server` is another row than the
+// http-level `server` block). Names in `proxy_pass` are resolved once the whole
 // file is read (finalize_conf, the module's finalize hook), because nginx allows an upstream block to
 // follow the locations that use it; a `proxy_pass http://ADDR:PORT` without a block gets an implicit group of
 // one server, shared by every proxy_pass naming the same address (nginx's ngx_http_upstream_add).
@@ -233,7 +233,49 @@ bool upstream_server(Builder& b, UpstreamConf& up, const Directive& d) {
   return true;
 }
 
-// `upstream NAME { server ...; keepalive N; keepalive_timeout T; keepalive_requests N; hash KEY [consistent]; }`
+// The upstream block being read (loading only; Builder::scratch).
+struct ProxyBuildState {
+  static constexpr ConfLevel kLevel = ConfLevel::kMain;
+  UpstreamConf* upstream = nullptr;
+};
+
+UpstreamConf& current_upstream(Builder& b) { return *b.scratch.get<ProxyBuildState>().upstream; }
+
+// `server ADDRESS [weight=N] ...;` in an upstream block.
+bool set_upstream_server(Builder& b, Scope&, const Directive& d) { return upstream_server(b, current_upstream(b), d); }
+
+// `keepalive N;` / `keepalive_requests N;` (N >= 1) in an upstream block.
+template <uint32_t UpstreamConf::*M>
+bool set_upstream_number(Builder& b, Scope&, const Directive& d) {
+  auto n = parse_number(d.args[0].value);
+  if (!n || *n == 0) return fail_invalid_value(b, d, 0);
+  current_upstream(b).*M = static_cast<uint32_t>(*n);
+  return true;
+}
+
+// `keepalive_timeout TIME;` in an upstream block.
+bool set_upstream_keepalive_timeout(Builder& b, Scope&, const Directive& d) {
+  auto t = parse_time_ms(d.args[0].value);
+  if (!t) return fail_invalid_value(b, d, 0);
+  current_upstream(b).keepalive_timeout_ms = *t;
+  return true;
+}
+
+// `hash KEY [consistent];` in an upstream block.
+bool set_upstream_hash(Builder& b, Scope&, const Directive& d) {
+  UpstreamConf& up = current_upstream(b);
+  if (d.args.size() == 2 && d.args[1].value != "consistent") {
+    return b.fail(d.args[1].loc, absl::StrCat("invalid parameter ", quoted(d.args[1].value)));
+  }
+  up.hash_key = compile_value(b, d.args[0]);
+  if (!up.hash_key) return false;
+  up.hash_key_text = d.args[0].value;
+  up.hash_consistent = d.args.size() == 2;
+  return true;
+}
+
+// `upstream NAME { server ...; keepalive N; keepalive_timeout T; keepalive_requests N; hash KEY [consistent]; }`:
+// the body is its own context (kCtxUpstream), read by the generic walk.
 bool set_upstream(Builder& b, Scope& s, const Directive& d) {
   auto up = std::make_unique<UpstreamConf>();
   up->name = d.args[0].value;
@@ -244,47 +286,14 @@ bool set_upstream(Builder& b, Scope& s, const Directive& d) {
     if (other->name == up->name) return b.fail(d.args[0].loc, absl::StrCat("duplicate upstream ", quoted(up->name)));
   }
   Seen seen;
-  for (const Directive& c : d.children) {
-    if (c.block) return b.fail(c.loc, absl::StrCat("directive ", quoted(c.name), " is not terminated by \";\""));
-    if (c.name != "server" && seen.has(c.name)) return b.fail(c.loc, absl::StrCat(quoted(c.name), " directive is duplicate"));
-    seen.mark(c.name, c.name);
-    auto nargs = [&](size_t lo, size_t hi) {
-      if (c.args.size() < lo || c.args.size() > hi) {
-        b.fail(c.loc, absl::StrCat("invalid number of arguments in ", quoted(c.name), " directive"));
-        return false;
-      }
-      return true;
-    };
-    if (c.name == "server") {
-      if (!upstream_server(b, *up, c)) return false;
-    } else if (c.name == "keepalive") {
-      if (!nargs(1, 1)) return false;
-      auto n = parse_number(c.args[0].value);
-      if (!n || *n == 0) return fail_invalid_value(b, c, 0);
-      up->keepalive = static_cast<uint32_t>(*n);
-    } else if (c.name == "keepalive_timeout") {
-      if (!nargs(1, 1)) return false;
-      auto t = parse_time_ms(c.args[0].value);
-      if (!t) return fail_invalid_value(b, c, 0);
-      up->keepalive_timeout_ms = *t;
-    } else if (c.name == "keepalive_requests") {
-      if (!nargs(1, 1)) return false;
-      auto n = parse_number(c.args[0].value);
-      if (!n || *n == 0) return fail_invalid_value(b, c, 0);
-      up->keepalive_requests = static_cast<uint32_t>(*n);
-    } else if (c.name == "hash") {
-      if (!nargs(1, 2)) return false;
-      if (c.args.size() == 2 && c.args[1].value != "consistent") {
-        return b.fail(c.args[1].loc, absl::StrCat("invalid parameter ", quoted(c.args[1].value)));
-      }
-      up->hash_key = compile_value(b, c.args[0]);
-      if (!up->hash_key) return false;
-      up->hash_key_text = c.args[0].value;
-      up->hash_consistent = c.args.size() == 2;
-    } else {
-      return b.fail(c.loc, absl::StrCat("unknown directive ", quoted(c.name), " in upstream ", quoted(up->name)));
-    }
-  }
+  Scope inner;
+  inner.ctx = kCtxUpstream;
+  inner.main = s.main;
+  inner.seen = &seen;
+  b.scratch.get<ProxyBuildState>().upstream = up.get();
+  bool ok = b.walk(inner, d.children);
+  b.scratch.get<ProxyBuildState>().upstream = nullptr;
+  if (!ok) return false;
   if (up->servers.empty()) return b.fail(d.loc, absl::StrCat("no servers are inside upstream ", quoted(up->name)));
   if (up->hash_key) {
     for (const UpstreamServerConf& srv : up->servers) {
@@ -507,6 +516,13 @@ bool set_proxy_name_list(Builder& b, Scope& s, const Directive& d) {
 
 constexpr DirectiveSpec kProxyDirectives[] = {
     {.name = "upstream", .contexts = kCtxHttp, .args = kTake1, .flags = kBlock | kMulti, .set = set_upstream},
+    {.name = "server", .contexts = kCtxUpstream, .args = k1More, .flags = kMulti, .set = set_upstream_server},
+    {.name = "keepalive", .contexts = kCtxUpstream, .args = kTake1,
+     .set = set_upstream_number<&UpstreamConf::keepalive>},
+    {.name = "keepalive_timeout", .contexts = kCtxUpstream, .args = kTake1, .set = set_upstream_keepalive_timeout},
+    {.name = "keepalive_requests", .contexts = kCtxUpstream, .args = kTake1,
+     .set = set_upstream_number<&UpstreamConf::keepalive_requests>},
+    {.name = "hash", .contexts = kCtxUpstream, .args = kTake12, .set = set_upstream_hash},
     {.name = "proxy_pass", .contexts = kCtxLocation, .args = kTake1, .set = set_proxy_pass},
     {.name = "proxy_set_header", .contexts = kCtxHttpAny, .args = kTake2, .flags = kMulti,
      .set = set_proxy_set_header, .merge_loc = inherit<&ProxyLocationConf::set_header>},

@@ -466,17 +466,23 @@ TEST(ConfigMerge, EveryRowDefaultMatchesConfHh) {
   EXPECT_GE(checked, 25);
 }
 
-TEST(ConfigDirectives, NamesAreUniqueAcrossTables) {
-  std::set<std::string_view> names;
+TEST(ConfigDirectives, NamesAreUniquePerContext) {
+  std::set<std::pair<std::string_view, uint32_t>> names;  // (name, one context bit)
   for (std::span<const DirectiveSpec> table : directive_tables()) {
     for (const DirectiveSpec& row : table) {
-      EXPECT_TRUE(names.insert(row.name).second) << "duplicate row " << row.name;
+      for (uint32_t bit = 1; bit != 0 && bit <= row.contexts; bit <<= 1) {
+        if (!(row.contexts & bit)) continue;
+        EXPECT_TRUE(names.insert({row.name, bit}).second) << "duplicate row " << row.name << " in context " << bit;
+        EXPECT_EQ(find_directive(row.name, bit), &row);
+      }
       EXPECT_NE(row.set, nullptr) << row.name;
       EXPECT_NE(row.contexts, 0u) << row.name;
-      EXPECT_EQ(find_directive(row.name), &row);
     }
   }
-  EXPECT_EQ(find_directive("include"), nullptr);  // handled by the parser
+  EXPECT_EQ(find_directive("include", kCtxHttp), nullptr);  // handled by the parser
+  // One name, two contexts: the row of each context is found.
+  EXPECT_EQ(find_directive("server", kCtxHttp)->flags & kBlock, kBlock);
+  EXPECT_EQ(find_directive("server", kCtxUpstream)->flags & kBlock, 0u);
 }
 
 // ---- main, events, appliance ----
