@@ -647,11 +647,11 @@ void CacheState::on_fetch_head(http::ResponseHead& head) {
   h.cache_status = cache_status_name(status_);
   pass_view_ = PassView::kWhole;
   if (h.status == 200) {
-    http::Validators v;
-    v.etag = h.etag;
-    if (origin_last_modified_ >= 0) v.last_modified = origin_last_modified_;
-    const ClientView view = client_view(h, v, expected_length_, true);
-    if (view == ClientView::kPreconditionFailed || view == ClientView::kUnsatisfiable) {
+    // The origin's body streams by once: several ranges only in ascending order; none without a length.
+    const http::ResponseStep step = response_step(h, origin_last_modified_, expected_length_,
+                                                  http::RangeSupport::kAscending);
+    if (step.outcome == http::ResponseOutcome::kPreconditionFailed ||
+        step.outcome == http::ResponseOutcome::kRangeNotSatisfiable) {
       // An error answer: the fill is given up (as nginx finalizes the request with the error).
       if (writer_ != nullptr) {
         writer_->abort();
@@ -661,11 +661,12 @@ void CacheState::on_fetch_head(http::ResponseHead& head) {
       release_lock();
       takeover();
       phase_ = Phase::kDone;
-      ex_.respond(view == ClientView::kUnsatisfiable ? 416 : 412);
+      ex_.respond(step.status());
       return;
     }
-    if (view == ClientView::kRanges) pass_view_ = PassView::kRanges;
-    if (view == ClientView::kNotModified) pass_view_ = PassView::kNothing;  // the fill goes on; the 304 ends with it
+    if (step.outcome == http::ResponseOutcome::kPartial) pass_view_ = PassView::kRanges;
+    // A 304: the fill goes on; the 304 ends with it.
+    if (step.outcome == http::ResponseOutcome::kNotModified) pass_view_ = PassView::kNothing;
   }
   ex_.send_head();
 }

@@ -18,9 +18,8 @@
 #include "core/cache/cache_store.hh"
 #include "core/cache/decision.hh"
 #include "core/cache/fetch_exchange.hh"
-#include "core/http/conditional.hh"
 #include "core/http/multipart.hh"
-#include "core/http/range.hh"
+#include "core/http/response_step.hh"
 
 namespace kosoku::cache {
 
@@ -75,8 +74,6 @@ class CacheState final : public http::ContentState,
  private:
   enum class Phase { kIdle, kOpening, kWaitingLock, kFetching, kServing, kDone };
   using Piece = http::BodyPiece;  // literal text (multipart delimiters) or a byte range of the body
-  // What the client gets of a 200 (cache_serve.cc: client_view).
-  enum class ClientView : uint8_t { kWhole, kRanges, kNotModified, kPreconditionFailed, kUnsatisfiable };
   // How a passed-through origin response reaches the client.
   enum class PassView : uint8_t { kWhole, kRanges, kNothing };
 
@@ -114,7 +111,8 @@ class CacheState final : public http::ContentState,
   void pump();
   void read_done(std::string_view data, int error);
   void finish_response();
-  ClientView client_view(http::ResponseHead& h, const http::Validators& v, int64_t size, bool in_order);
+  http::ResponseStep response_step(http::ResponseHead& h, int64_t last_modified, int64_t size,
+                                   http::RangeSupport ranges);
   void write_view(const char* data, size_t len, bool by_ref);
 
   CacheModule& mod_;

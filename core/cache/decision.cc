@@ -16,7 +16,9 @@ CacheDecision make(CacheStep step, CacheStatus status = CacheStatus::kNone, bool
 // After the fetch: the origin's answer against the stale copy in hand (kRead), if any.
 CacheDecision after_fetch(const CacheFacts& f, int64_t now, const CacheLocConf& cc) {
   const bool stale_copy = f.entry == EntryState::kRead && f.freshness != nullptr;
-  if (f.fetch == FetchOutcome::kNotModified && stale_copy) return make(CacheStep::kRevalidated, CacheStatus::kRevalidated);
+  if (f.fetch == FetchOutcome::kNotModified && stale_copy) {
+    return make(CacheStep::kRevalidated, CacheStatus::kRevalidated);
+  }
   if (f.fetch == FetchOutcome::kError) {
     if (stale_copy) {
       const Freshness& fr = *f.freshness;
