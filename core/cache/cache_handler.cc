@@ -35,32 +35,9 @@ std::string expand_key(const http::Exchange& ex, const CacheLocConf& cc) {
   return key;
 }
 
-uint32_t method_bit(http::Method m) {
-  switch (m) {
-    case http::Method::kGet: return kMethodGet;
-    case http::Method::kHead: return kMethodHead;
-    case http::Method::kPost: return kMethodPost;
-    default: return 0;
-  }
-}
-
 }  // namespace
 
 // ---------------------------------------------------------------- CacheModule
-
-std::string_view cache_status_name(CacheStatus s) {
-  switch (s) {
-    case CacheStatus::kNone: return "";
-    case CacheStatus::kMiss: return "MISS";
-    case CacheStatus::kBypass: return "BYPASS";
-    case CacheStatus::kExpired: return "EXPIRED";
-    case CacheStatus::kStale: return "STALE";
-    case CacheStatus::kUpdating: return "UPDATING";
-    case CacheStatus::kRevalidated: return "REVALIDATED";
-    case CacheStatus::kHit: return "HIT";
-  }
-  return "";
-}
 
 CacheModule::CacheModule(http::HttpServer& server, proxy::ProxyModule& proxy, CacheRegistry* reg)
     : server_(server), proxy_(proxy), reactor_(*server.core().reactor), reg_(reg), core_(reactor_.core_id()) {
@@ -215,7 +192,7 @@ bool CacheModule::intercept(http::Exchange& ex) {
     return true;
   }
   std::string key = expand_key(ex, cc);
-  if ((cc.methods & method_bit(req.method)) == 0) return false;  // not cached: the proxy forwards it as is
+  if (!cached_method(req.method, cc)) return false;  // not cached: the proxy forwards it as is
   const bool bypass = any_predicate(cc.bypass, ex);
 
   std::unique_ptr<http::ContentState>& slot = ex.state();
@@ -286,12 +263,75 @@ void CacheState::start(CachePath& path, std::string key, bool bypass) {
   read_ready_ = false;
   hot_meta_ = nullptr;
   hot_body_ = {};
-  if (bypass) {
-    ++mod_.counters().bypass;
-    fetch(CacheStatus::kBypass, false, true);
-    return;
+  hot_found_ = nullptr;
+  facts_ = CacheFacts{};
+  facts_.bypass = bypass;
+  step();
+}
+
+// The request's state machine: the decision (decision.hh) on the facts gathered so far, and its action. A step
+// that gathers a fact decides again; a step that waits (open, lock) decides again when its result arrives.
+void CacheState::step() {
+  const CacheDecision d = decide_cache(facts_, now_s(), conf());
+  switch (d.step) {
+    case CacheStep::kLookup:
+      lookup();
+      return;
+    case CacheStep::kOpen:
+      phase_ = Phase::kOpening;
+      reader_.open(path_->path_of(hash_), hash_, key_, mod_.queue_for(*path_, ex_), ex_.location().aio, this);
+      return;
+    case CacheStep::kCountUse:
+      count_use();
+      step();
+      return;
+    case CacheStep::kLock:
+      try_lock();
+      step();
+      return;
+    case CacheStep::kWaitLock:
+      wait_lock();
+      return;
+    case CacheStep::kHit:
+      hit();
+      return;
+    case CacheStep::kUpdating:
+      ++mod_.counters().updating;
+      use_entry_meta_ = true;
+      serve(CacheStatus::kUpdating);
+      return;
+    case CacheStep::kStale:
+      // Before a fetch, kStale is always the background update: the lock goes to the background fill, and this
+      // request is answered with the stale copy.
+      lock_held_ = false;
+      mod_.start_background(ex_, *path_, key_, hash_, reader_.meta(), ::dup(reader_.fd()), conf().revalidate);
+      ++mod_.counters().stale;
+      use_entry_meta_ = true;
+      serve(CacheStatus::kStale);
+      return;
+    case CacheStep::kBypass:
+      ++mod_.counters().bypass;
+      fetch(CacheStatus::kBypass, false, true);
+      return;
+    case CacheStep::kRevalidate:
+    case CacheStep::kMiss:
+      if (d.lock_timeout) {
+        // proxy_cache_lock_timeout: go to the origin, and do not cache the response (nginx).
+        ++mod_.counters().lock_timeouts;
+        reader_.close();
+        have_entry_ = false;
+      }
+      ++(d.status == CacheStatus::kExpired ? mod_.counters().expired : mod_.counters().misses);
+      fetch(d.status, d.step == CacheStep::kRevalidate, d.store);
+      return;
+    case CacheStep::kRevalidated:
+    case CacheStep::kPass:
+    case CacheStep::kFail:
+      break;  // answers to a fetch (on_fetch_response, on_fetch_error)
   }
-  lookup();
+  KOSOKU_LOG(kAlert, "cache: step \"%s\" before a fetch", cache_step_name(d.step));
+  phase_ = Phase::kDone;
+  ex_.respond(500);
 }
 
 void CacheState::lookup() {
@@ -309,23 +349,20 @@ void CacheState::lookup() {
     v = z.lookup(hash_, now);
   }
   entry_ = v;
+  hot_found_ = nullptr;
   if (v && v->exists()) {
-    if (const HotCache::Entry* he = mod_.hot().find(hash_, *v); he != nullptr && he->meta.freshness.fresh(now)) {
-      ++mod_.counters().hits;
-      ++mod_.counters().hot_hits;
-      hot_meta_ = &he->meta;
-      hot_body_ = he->body;
-      serve(CacheStatus::kHit);
-      return;
+    hot_found_ = mod_.hot().find(hash_, *v);
+    if (hot_found_ != nullptr) {
+      facts_.entry = EntryState::kHot;
+      facts_.freshness = &hot_found_->meta.freshness;
+    } else {
+      facts_.entry = EntryState::kOnDisk;
     }
-  }
-  if ((v && v->exists()) || !path_->loaded()) {
+  } else {
     // Not loaded yet: the file may be on disk although the loader has not reached it (nginx reads it too).
-    phase_ = Phase::kOpening;
-    reader_.open(path_->path_of(hash_), hash_, key_, mod_.queue_for(*path_, ex_), ex_.location().aio, this);
-    return;
+    facts_.entry = path_->loaded() ? EntryState::kNone : EntryState::kOnDisk;
   }
-  miss();
+  step();
 }
 
 void CacheState::on_entry_open(EntryReader&, int error) {
@@ -334,6 +371,7 @@ void CacheState::on_entry_open(EntryReader&, int error) {
     maybe_release();
     return;
   }
+  phase_ = Phase::kIdle;
   CacheZone& z = path_->zone();
   if (error != 0) {
     if (entry_ && entry_->exists()) {
@@ -342,7 +380,9 @@ void CacheState::on_entry_open(EntryReader&, int error) {
       }
     }
     entry_.reset();
-    miss();
+    facts_.entry = EntryState::kNone;
+    facts_.freshness = nullptr;
+    step();
     return;
   }
   have_entry_ = true;
@@ -363,77 +403,47 @@ void CacheState::on_entry_open(EntryReader&, int error) {
     }
     z.keys().put(hash_, key_);
   }
-  if (m.freshness.fresh(now_s())) {
-    ++mod_.counters().hits;
-    use_entry_meta_ = true;
-    if (entry_ && entry_->exists() && m.header_size + m.body_size <= HotCache::kMaxEntry) {
-      mod_.hot().put(hash_, *entry_, m, reader_.prefetched());
-    }
+  facts_.entry = EntryState::kRead;
+  facts_.freshness = &m.freshness;
+  facts_.has_validators = !m.etag.empty() || m.last_modified >= 0;
+  step();
+}
+
+void CacheState::hit() {
+  ++mod_.counters().hits;
+  if (facts_.entry == EntryState::kHot) {
+    ++mod_.counters().hot_hits;
+    hot_meta_ = &hot_found_->meta;
+    hot_body_ = hot_found_->body;
     serve(CacheStatus::kHit);
     return;
   }
-  expired();
+  const EntryMeta& m = reader_.meta();
+  use_entry_meta_ = true;
+  if (entry_ && entry_->exists() && m.header_size + m.body_size <= HotCache::kMaxEntry) {
+    mod_.hot().put(hash_, *entry_, m, reader_.prefetched());
+  }
+  serve(CacheStatus::kHit);
 }
 
-void CacheState::expired() {
-  const Freshness& f = reader_.meta().freshness;
-  const CacheLocConf& cc = conf();
-  const bool updating_ok = stale_allowed(f, now_s(), cc.use_stale, kStaleUpdating);
+void CacheState::count_use() {
   std::optional<EntryView> ev;
-  CacheZone::LockResult r = path_->zone().try_lock(hash_, now_ms(), cc.lock_age_ms, now_s(), &ev);
+  const EntryView v = path_->zone().count_use(hash_, now_s(), &ev);
+  if (ev && ev->exists()) remove_file_async(mod_.queue_for(*path_, ex_), ex_.location().aio, path_->path_of(ev->hash));
+  facts_.uses_counted = true;
+  facts_.uses = v.uses;
+}
+
+void CacheState::try_lock() {
+  std::optional<EntryView> ev;
+  const CacheZone::LockResult r = path_->zone().try_lock(hash_, now_ms(), conf().lock_age_ms, now_s(), &ev);
   if (ev && ev->exists()) remove_file_async(mod_.queue_for(*path_, ex_), ex_.location().aio, path_->path_of(ev->hash));
   if (r == CacheZone::LockResult::kBusy) {
-    if (updating_ok) {
-      ++mod_.counters().updating;
-      use_entry_meta_ = true;
-      serve(CacheStatus::kUpdating);
-      return;
-    }
-    if (cc.lock) {
-      wait_lock();
-      return;
-    }
-    ++mod_.counters().expired;
-    fetch(CacheStatus::kExpired, cc.revalidate && (!reader_.meta().etag.empty() || reader_.meta().last_modified >= 0),
-          true);
+    facts_.lock = LockState::kBusy;
     return;
   }
   lock_held_ = true;
-  if (cc.background_update && updating_ok) {
-    // The lock goes to the background fill; this request is answered with the stale copy.
-    lock_held_ = false;
-    mod_.start_background(ex_, *path_, key_, hash_, reader_.meta(), ::dup(reader_.fd()), cc.revalidate);
-    ++mod_.counters().stale;
-    use_entry_meta_ = true;
-    serve(CacheStatus::kStale);
-    return;
-  }
-  ++mod_.counters().expired;
-  const EntryMeta& m = reader_.meta();
-  fetch(CacheStatus::kExpired, cc.revalidate && (!m.etag.empty() || m.last_modified >= 0), true);
-}
-
-void CacheState::miss() {
-  const CacheLocConf& cc = conf();
-  CacheZone& z = path_->zone();
-  std::optional<EntryView> ev;
-  EntryView v = z.count_use(hash_, now_s(), &ev);
-  if (ev && ev->exists()) remove_file_async(mod_.queue_for(*path_, ex_), ex_.location().aio, path_->path_of(ev->hash));
-  store_allowed_ = v.uses >= cc.min_uses;
-  if (store_allowed_ && cc.lock) {
-    ev.reset();
-    CacheZone::LockResult r = z.try_lock(hash_, now_ms(), cc.lock_age_ms, now_s(), &ev);
-    if (ev && ev->exists()) {
-      remove_file_async(mod_.queue_for(*path_, ex_), ex_.location().aio, path_->path_of(ev->hash));
-    }
-    if (r == CacheZone::LockResult::kBusy) {
-      wait_lock();
-      return;
-    }
-    lock_held_ = true;
-  }
-  ++mod_.counters().misses;
-  fetch(CacheStatus::kMiss, false, store_allowed_);
+  facts_.lock = LockState::kHeld;
 }
 
 void CacheState::wait_lock() {
@@ -473,11 +483,12 @@ void CacheState::run() {
   if (phase_ != Phase::kWaitingLock) return;
   reader_.close();
   have_entry_ = false;
-  lookup();
+  facts_ = CacheFacts{};  // a new look (the lock's deadline stays)
+  step();
 }
 
 void CacheState::fire() {
-  // proxy_cache_lock_timeout: go to the origin, and do not cache the response (nginx).
+  // proxy_cache_lock_timeout (step: a MISS that is not stored).
   if (waiting_) {
     waiting_ = false;
     mod_.unwait(hash_, this);
@@ -486,12 +497,8 @@ void CacheState::fire() {
     maybe_release();
     return;
   }
-  ++mod_.counters().lock_timeouts;
-  ++mod_.counters().misses;
-  store_allowed_ = false;
-  reader_.close();
-  have_entry_ = false;
-  fetch(CacheStatus::kMiss, false, false);
+  facts_.lock = LockState::kTimedOut;
+  step();
 }
 
 void CacheState::fetch(CacheStatus status, bool revalidate, bool store_allowed) {
@@ -538,28 +545,38 @@ void CacheState::release_lock() {
   if (w != 0) mod_.registry()->wake_hub().notify(w, hash_);
 }
 
+// The facts after a fetch: its outcome, and the stale copy in hand if this request read one.
+CacheFacts CacheState::fetched_facts(FetchOutcome outcome, int status) const {
+  CacheFacts f;
+  f.entry = have_entry_ ? EntryState::kRead : EntryState::kNone;
+  f.freshness = have_entry_ ? &reader_.meta().freshness : nullptr;
+  f.fetch = outcome;
+  f.status = status;
+  return f;
+}
+
 void CacheState::on_fetch_response(const http::ParsedResponse& resp) {
   if (phase_ != Phase::kFetching) return;
-  const CacheLocConf& cc = conf();
+  FetchOutcome outcome = FetchOutcome::kResponse;
   if (revalidating_ && resp.status == 304 && have_entry_) {
     const EntryMeta& m = reader_.meta();
     char date[http::kHttpDateLen];
     std::string_view lm = m.last_modified >= 0 ? http::format_http_date(m.last_modified, date) : std::string_view();
-    if (validators_match_304(resp.headers(), m.etag, lm)) {
+    if (validators_match_304(resp.headers(), m.etag, lm)) outcome = FetchOutcome::kNotModified;
+  }
+  switch (decide_cache(fetched_facts(outcome, resp.status), now_s(), conf()).step) {
+    case CacheStep::kRevalidated:
       revalidated(resp);
       return;
-    }
-  }
-  if (have_entry_) {
-    const uint32_t cond = stale_condition_for_status(resp.status);
-    if (cond != 0 && stale_allowed(reader_.meta().freshness, now_s(), cc.use_stale, cond)) {
+    case CacheStep::kStale:
       release_lock();
       takeover();
       ++mod_.counters().stale;
       use_entry_meta_ = true;
       serve(CacheStatus::kStale);
       return;
-    }
+    default:
+      break;  // kPass
   }
   passthrough_ = true;
   fetch_->set_passthrough(true);
@@ -629,11 +646,11 @@ void CacheState::on_fetch_head(http::ResponseHead& head) {
   h.cache_status = cache_status_name(status_);
   pass_view_ = PassView::kWhole;
   if (h.status == 200) {
-    http::Validators v;
-    v.etag = h.etag;
-    if (origin_last_modified_ >= 0) v.last_modified = origin_last_modified_;
-    const ClientView view = client_view(h, v, expected_length_, true);
-    if (view == ClientView::kPreconditionFailed || view == ClientView::kUnsatisfiable) {
+    // The origin's body streams by once: several ranges only in ascending order; none without a length.
+    const http::ResponseStep step = response_step(h, origin_last_modified_, expected_length_,
+                                                  http::RangeSupport::kAscending);
+    if (step.outcome == http::ResponseOutcome::kPreconditionFailed ||
+        step.outcome == http::ResponseOutcome::kRangeNotSatisfiable) {
       // An error answer: the fill is given up (as nginx finalizes the request with the error).
       if (writer_ != nullptr) {
         writer_->abort();
@@ -643,11 +660,12 @@ void CacheState::on_fetch_head(http::ResponseHead& head) {
       release_lock();
       takeover();
       phase_ = Phase::kDone;
-      ex_.respond(view == ClientView::kUnsatisfiable ? 416 : 412);
+      ex_.respond(step.status());
       return;
     }
-    if (view == ClientView::kRanges) pass_view_ = PassView::kRanges;
-    if (view == ClientView::kNotModified) pass_view_ = PassView::kNothing;  // the fill goes on; the 304 ends with it
+    if (step.outcome == http::ResponseOutcome::kPartial) pass_view_ = PassView::kRanges;
+    // A 304: the fill goes on; the 304 ends with it.
+    if (step.outcome == http::ResponseOutcome::kNotModified) pass_view_ = PassView::kNothing;
   }
   ex_.send_head();
 }
@@ -721,18 +739,11 @@ void CacheState::on_fetch_error(int status) {
   }
   release_lock();
   takeover();
-  if (have_entry_) {
-    const Freshness& f = reader_.meta().freshness;
-    const uint32_t use = conf().use_stale;
-    const bool stale = status == 504 ? stale_allowed(f, now_s(), use, kStaleTimeout)
-                                     : stale_allowed(f, now_s(), use, kStaleError) ||
-                                           (status == 502 && stale_allowed(f, now_s(), use, kStaleInvalidHeader));
-    if (stale) {
-      ++mod_.counters().stale;
-      use_entry_meta_ = true;
-      serve(CacheStatus::kStale);
-      return;
-    }
+  if (decide_cache(fetched_facts(FetchOutcome::kError, status), now_s(), conf()).step == CacheStep::kStale) {
+    ++mod_.counters().stale;
+    use_entry_meta_ = true;
+    serve(CacheStatus::kStale);
+    return;
   }
   phase_ = Phase::kDone;
   ex_.head().cache_status = cache_status_name(status_);

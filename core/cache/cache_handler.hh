@@ -1,7 +1,8 @@
 // The proxy cache on one core (nginx's ngx_http_upstream cache path + ngx_http_file_cache): installed on the
 // core's ProxyModule as its ProxyHooks, so every proxy_pass request passes here first.
 //
-// Per request with `proxy_cache` on (CacheState, cache_state.hh):
+// Per request with `proxy_cache` on (CacheState, cache_state.hh; each next step is decide_cache()'s, the pure
+// decision of decision.hh, which the steps below follow):
 //   1. the zone (literal, or `proxy_cache $var`: split_clients), the key (proxy_cache_key), proxy_cache_bypass;
 //      PURGE-style requests (proxy_cache_purge on|METHOD) are answered here and never forwarded;
 //   2. lookup in the keys zone (no lock: cache_zone.hh) — the Vary primary leads to the variant of this
@@ -33,6 +34,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "core/cache/cache_key.hh"
 #include "core/cache/cache_paths.hh"
+#include "core/cache/decision.hh"
 #include "core/cache/hot_cache.hh"
 #include "core/http/connection.hh"
 #include "core/proxy/proxy_handler.hh"
@@ -45,16 +47,13 @@ class CacheMaintainer;
 class BackgroundFill;
 class FetchExchange;
 
-/// $upstream_cache_status values.
-enum class CacheStatus : uint8_t { kNone, kMiss, kBypass, kExpired, kStale, kUpdating, kRevalidated, kHit };
-std::string_view cache_status_name(CacheStatus s);
-
 class CacheModule final : public proxy::ProxyHooks,
                           public reactor::Poller,
                           public http::ContentHandler,
                           public http::ModuleCore {
  public:
-  /// Installs itself on `proxy` and `server` (the content handler of `proxy_cache_purge ZONE KEY` locations),
+  /// The cache module's per-core part (cache_module.cc; also the content handler of `proxy_cache_purge ZONE KEY`
+  /// locations). Installs itself on `proxy` as its hooks,
   /// adds a poller to the loop, attaches the core to the registry's WakeHub and starts the loader/manager of
   /// the cache paths this core runs (path i on core i % worker_processes). `reg` null: a module that only
   /// lets every request through (no proxy_cache_path in the configuration).

@@ -9,7 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/base/log.hh"
 #include "core/cache/cache_state.hh"
-#include "core/http/conditional.hh"
+#include "core/http/response_step.hh"
 #include "core/proxy/proxy_request.hh"
 
 namespace kosoku::cache {
@@ -17,52 +17,28 @@ namespace kosoku::cache {
 namespace {
 
 constexpr size_t kChunk = 128 * 1024;  // per buffer; two per request
-constexpr size_t kMaxRanges = 16;      // nginx max_ranges default (unlimited) capped like the static handler
 
 }  // namespace
 
-// The client's preconditions (RFC 9110 §13.2.2) and Range (§14) against a 200 of `size` bytes (-1: unknown,
-// then no ranges, as nginx's range filter) with validators `v`. kNotModified: `h` is a 304 now. kRanges: `h`
-// is a 206 (Content-Range, or multipart/byteranges) and pieces_ lays out its body. kUnsatisfiable: `h` carries
-// the 416's Content-Range. `in_order`: the body arrives as a stream (a MISS), so several ranges are honoured
-// only in ascending order, otherwise the whole 200 is sent (nginx sends the whole response too).
-CacheState::ClientView CacheState::client_view(http::ResponseHead& h, const http::Validators& v, int64_t size,
-                                               bool in_order) {
-  const http::Request& req = ex_.request();
+// The shared response step (http/response_step.hh) for a 200 of `size` bytes (-1: unknown, then no ranges) whose
+// validators are h.etag and `last_modified` (-1: none): `h` becomes the 304 / 206 / 416 head and pieces_ lays
+// out the body (the whole of it, or the 206's parts).
+http::ResponseStep CacheState::response_step(http::ResponseHead& h, int64_t last_modified, int64_t size,
+                                             http::RangeSupport ranges) {
+  http::Representation rep;
+  rep.validators.etag = h.etag;
+  if (last_modified >= 0) rep.validators.last_modified = last_modified;
+  rep.length = size;
+  rep.ranges = ranges;
+  const http::ResponseStep step = http::evaluate_response(ex_.request(), rep, ex_.location().if_modified_since);
   pieces_.clear();
   piece_ = 0;
   piece_done_ = 0;
-  switch (http::evaluate_preconditions(req, v, ex_.location().if_modified_since)) {
-    case http::Precondition::kPreconditionFailed:
-      return ClientView::kPreconditionFailed;
-    case http::Precondition::kNotModified:
-      h.status = 304;
-      h.content_length = -1;
-      return ClientView::kNotModified;
-    case http::Precondition::kProceed:
-      break;
-  }
-  if (size < 0) return ClientView::kWhole;
-  const uint64_t len = static_cast<uint64_t>(size);
-  http::ByteRange ranges[kMaxRanges];
-  http::RangeResult rr = http::evaluate_range(req, v, len, http::RangeLimits{}, ranges);
-  if (rr.outcome == http::RangeOutcome::kUnsatisfiable) {
-    h.extra = absl::StrCat("Content-Range: bytes */", len, "\r\n");
-    h.etag.clear();
-    return ClientView::kUnsatisfiable;
-  }
-  if (rr.outcome != http::RangeOutcome::kSatisfiable) return ClientView::kWhole;
-  if (in_order) {
-    for (size_t i = 1; i < rr.count; ++i) {
-      if (ranges[i].first <= ranges[i - 1].last) return ClientView::kWhole;
-    }
-  }
-  http::layout_partial_response(std::span<const http::ByteRange>(ranges, rr.count), len, mod_.reactor().now_ns(), h,
-                                multipart_type_, pieces_);
-  return ClientView::kRanges;
+  http::apply_response_step(step, size, mod_.reactor().now_ns(), h, multipart_type_, pieces_);
+  return step;
 }
 
-// A MISS/EXPIRED/BYPASS passes the origin's 200 on as the client's view of it (client_view): the bytes of the
+// A MISS/EXPIRED/BYPASS passes the origin's 200 on as the client's view of it (response_step): the bytes of the
 // wanted ranges (and the multipart texts between them) as they stream by; the store gets every byte.
 void CacheState::write_view(const char* data, size_t len, bool by_ref) {
   const uint64_t pos = stream_pos_;
@@ -118,26 +94,26 @@ void CacheState::serve(CacheStatus status) {
   piece_done_ = 0;
   const http::Request& req = ex_.request();
   if (m.status == 200) {
-    http::Validators v;
-    v.etag = h.etag;
-    if (m.last_modified >= 0) v.last_modified = m.last_modified;
-    switch (client_view(h, v, static_cast<int64_t>(size), false)) {
-      case ClientView::kPreconditionFailed:
+    // Any set of ranges: the body is read from the entry (or its in-memory copy) in any order.
+    const http::ResponseStep step =
+        response_step(h, m.last_modified, static_cast<int64_t>(size), http::RangeSupport::kAny);
+    switch (step.outcome) {
+      case http::ResponseOutcome::kPreconditionFailed:
         phase_ = Phase::kDone;
         ex_.respond(412);
         return;
-      case ClientView::kNotModified:
+      case http::ResponseOutcome::kNotModified:
         phase_ = Phase::kDone;
         ex_.send_head();
         ex_.finish();
         return;
-      case ClientView::kUnsatisfiable:
+      case http::ResponseOutcome::kRangeNotSatisfiable:
         h.accept_ranges = true;
         phase_ = Phase::kDone;
         ex_.respond(416);
         return;
-      case ClientView::kWhole:
-      case ClientView::kRanges:
+      case http::ResponseOutcome::kFull:
+      case http::ResponseOutcome::kPartial:
         break;
     }
     h.accept_ranges = true;

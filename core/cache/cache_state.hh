@@ -1,6 +1,7 @@
 // Internal to core/cache: the per-request state of a cached proxy location (the flow is described in
-// cache_handler.hh). Split over cache_handler.cc (lookup, lock, fetch, store decisions) and cache_serve.cc
-// (answering from an entry: head, Age, conditionals, ranges, body streaming).
+// cache_handler.hh; what it does next is decide_cache()'s, decision.hh). Split over cache_handler.cc (the step
+// function and its actions: lookup, open, uses, lock, fetch, store) and cache_serve.cc (answering from an
+// entry: head, Age, conditionals, ranges, body streaming).
 //
 // Re-entrancy (as in proxy_handler.cc): Exchange::finish(), respond() and abort_response() may start the
 // client's next pipelined request at once, which restarts this object or destroys it (another handler takes
@@ -15,10 +16,10 @@
 
 #include "core/cache/cache_handler.hh"
 #include "core/cache/cache_store.hh"
+#include "core/cache/decision.hh"
 #include "core/cache/fetch_exchange.hh"
-#include "core/http/conditional.hh"
 #include "core/http/multipart.hh"
-#include "core/http/range.hh"
+#include "core/http/response_step.hh"
 
 namespace kosoku::cache {
 
@@ -73,16 +74,17 @@ class CacheState final : public http::ContentState,
  private:
   enum class Phase { kIdle, kOpening, kWaitingLock, kFetching, kServing, kDone };
   using Piece = http::BodyPiece;  // literal text (multipart delimiters) or a byte range of the body
-  // What the client gets of a 200 (cache_serve.cc: client_view).
-  enum class ClientView : uint8_t { kWhole, kRanges, kNotModified, kPreconditionFailed, kUnsatisfiable };
   // How a passed-through origin response reaches the client.
   enum class PassView : uint8_t { kWhole, kRanges, kNothing };
 
   // cache_handler.cc — may end the exchange:
+  void step();
   void lookup();
-  void miss();
-  void expired();
+  void hit();
+  void count_use();
+  void try_lock();
   void wait_lock();
+  CacheFacts fetched_facts(FetchOutcome outcome, int status) const;
   void fetch(CacheStatus status, bool revalidate, bool store_allowed);
   void revalidated(const http::ParsedResponse& resp);
   void start_store(const http::ParsedResponse& resp);
@@ -109,7 +111,8 @@ class CacheState final : public http::ContentState,
   void pump();
   void read_done(std::string_view data, int error);
   void finish_response();
-  ClientView client_view(http::ResponseHead& h, const http::Validators& v, int64_t size, bool in_order);
+  http::ResponseStep response_step(http::ResponseHead& h, int64_t last_modified, int64_t size,
+                                   http::RangeSupport ranges);
   void write_view(const char* data, size_t len, bool by_ref);
 
   CacheModule& mod_;
@@ -122,6 +125,7 @@ class CacheState final : public http::ContentState,
   bool variant_ = false;
   std::optional<EntryView> entry_;
   Phase phase_ = Phase::kIdle;
+  CacheFacts facts_;          // what decide_cache() knows of this look (decision.hh)
   CacheStatus status_ = CacheStatus::kNone;
   bool aborted_ = false;
   bool released_ = false;
@@ -137,6 +141,7 @@ class CacheState final : public http::ContentState,
   bool have_entry_ = false;   // reader_ holds a valid, open entry
   EntryMeta served_;          // a revalidated entry's merged version
   bool use_entry_meta_ = true;  // serve reader_.meta() as is (no copy), else served_ / the hot copy
+  const HotCache::Entry* hot_found_ = nullptr;  // the look's HotCache copy (valid until the step returns)
   const EntryMeta* hot_meta_ = nullptr;  // serving a HotCache copy: its header ...
   std::string_view hot_body_;            // ... and body (valid during serve(): it completes synchronously)
 

@@ -21,7 +21,7 @@
 #include "core/http/conditional.hh"
 #include "core/http/method_policy.hh"
 #include "core/http/multipart.hh"
-#include "core/http/range.hh"
+#include "core/http/response_step.hh"
 #include "core/http/uri.hh"
 #include "core/net/shared_buffer.hh"
 #include "core/reactor/reactor.hh"
@@ -33,7 +33,6 @@ namespace {
 constexpr size_t kMaxBuffer = 256 * 1024;  // per read (sendfile_max_chunk caps it further)
 constexpr size_t kMinRead = 16 * 1024;     // a read shorter than this (and than the rest) takes a fresh buffer
 constexpr int kMaxInternalRedirects = 10;  // nginx: "rewrite or internal redirection cycle"
-constexpr size_t kMaxRanges = 16;          // RangeLimits::max_ranges default
 
 // One piece of the response body: literal text (multipart delimiters) or a byte range of the file.
 using Piece = http::BodyPiece;
@@ -349,41 +348,28 @@ void StaticState::serve_file() {
   }
 
   const http::Request& req = ex_.request();
-  http::Validators v;
-  v.etag = h.etag;
-  v.last_modified = mtime;
-  switch (http::evaluate_preconditions(req, v, loc.if_modified_since)) {
-    case http::Precondition::kPreconditionFailed:
-      ex_.respond(412);
-      return;
-    case http::Precondition::kNotModified:
-      h.status = 304;
-      h.content_length = -1;
-      ex_.send_head();
-      ex_.finish();
-      return;
-    case http::Precondition::kProceed:
-      break;
-  }
-
+  http::Representation rep;
+  rep.validators.etag = h.etag;
+  rep.validators.last_modified = mtime;
+  rep.length = static_cast<int64_t>(size);
+  const http::ResponseStep step = http::evaluate_response(req, rep, loc.if_modified_since);
   pieces_.clear();
   piece_ = 0;
   piece_done_ = 0;
-  http::ByteRange ranges[kMaxRanges];
-  http::RangeResult rr = http::evaluate_range(req, v, size, http::RangeLimits{}, ranges);
-  if (rr.outcome == http::RangeOutcome::kUnsatisfiable) {
-    h.extra = absl::StrCat("Content-Range: bytes */", size, "\r\n");
-    h.etag.clear();
-    h.last_modified = -1;
-    ex_.respond(416);
-    return;
-  }
-  if (rr.outcome == http::RangeOutcome::kSatisfiable) {
-    http::layout_partial_response(std::span<const http::ByteRange>(ranges, rr.count), size,
-                                  static_cast<uint64_t>(ex_.core().reactor->now_ns()), h, multipart_type_, pieces_);
-  } else {
-    h.content_length = static_cast<int64_t>(size);
-    if (size > 0) pieces_.push_back(Piece{{}, 0, size});
+  http::apply_response_step(step, rep.length, static_cast<uint64_t>(ex_.core().reactor->now_ns()), h,
+                            multipart_type_, pieces_);
+  switch (step.outcome) {
+    case http::ResponseOutcome::kPreconditionFailed:
+    case http::ResponseOutcome::kRangeNotSatisfiable:
+      ex_.respond(step.status());
+      return;
+    case http::ResponseOutcome::kNotModified:
+      ex_.send_head();
+      ex_.finish();
+      return;
+    case http::ResponseOutcome::kFull:
+    case http::ResponseOutcome::kPartial:
+      break;
   }
   if (req.method == http::Method::kHead || pieces_.empty()) {
     ex_.send_head();
