@@ -7,6 +7,7 @@
 #include "core/access/access_conf.hh"
 #include "core/cache/cache_conf.hh"
 #include "core/config/module.hh"
+#include "core/http/variables.hh"
 #include "core/proxy/proxy_conf.hh"
 #include "core/rules/rules_core.hh"
 #include "core/static/static_handler.hh"
@@ -15,12 +16,13 @@
 namespace kosoku::config {
 
 std::span<Module* const> modules() {
-  static const std::array<Module*, 11> kModules = [] {
-    std::array<Module*, 11> list = {
+  static const std::array<Module*, 12> kModules = [] {
+    std::array<Module*, 12> list = {
         &core_module(),       // main context: workers, error_log, disk_queue, events, http
         &appliance_module(),  // appliance { }
         &http_core_module(),  // server, listen, server_name, location, client_* limits
-        &http_module(),       // root, index, try_files, add_header, return, allow/deny, access_log, ...
+        &http_module(),       // root, index, try_files, add_header, return, access_log, ...
+        &http::variables_module(),  // $uri, $host, $http_NAME, $status, $upstream_*, ...
         &access::module(),    // allow, deny (ACCESS phase)
         &rules::module(),
         &proxy::module(),

@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "core/cache/cache_conf.hh"
+#include "core/cache/cache_variables.hh"
 #include "core/cache/purge_key.hh"
 #include "core/config/build.hh"
 #include "core/config/directive.hh"
@@ -415,7 +416,7 @@ bool set_split_clients(Builder& b, Scope& s, const Directive& d) {
       return b.fail(d.args[1].loc, absl::StrCat("invalid variable name ", quoted(var)));
     }
   }
-  if (!declare_variable(sc.variable)) {
+  if (!declare_variable(sc.variable, &split_clients_value)) {
     return b.fail(d.args[1].loc, absl::StrCat("the duplicate ", quoted(sc.variable), " variable"));
   }
   uint64_t sum = 0;

@@ -13,6 +13,7 @@
 #include "core/cache/cache_loader.hh"
 #include "core/cache/cache_state.hh"
 #include "core/cache/cache_variables.hh"
+#include "core/http/variables.hh"
 #include "core/cache/fetch_observer.hh"
 #include "core/cache/freshness.hh"
 #include "core/cache/purge_request.hh"
@@ -30,7 +31,7 @@ const config::Template& default_key() {
 
 std::string expand_key(const http::Exchange& ex, const CacheLocConf& cc) {
   std::string key;
-  CacheVariables vars(ex);
+  http::RequestVariables vars(ex, ex.core().reactor);
   config::expand(cc.key != nullptr ? *cc.key : default_key(), vars, key);
   return key;
 }
@@ -165,7 +166,7 @@ bool CacheModule::intercept(http::Exchange& ex) {
   CachePath* path = nullptr;
   if (cc.enabled && cc.zone_tpl != nullptr) {
     std::string zone;
-    CacheVariables vars(ex);
+    http::RequestVariables vars(ex, ex.core().reactor);
     config::expand(*cc.zone_tpl, vars, zone);
     if (zone.empty() || zone == "off") {
       if (!purging) return false;

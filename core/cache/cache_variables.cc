@@ -1,31 +1,29 @@
 #include "core/cache/cache_variables.hh"
 
-#include "absl/strings/match.h"
+#include "core/cache/cache_conf.hh"
 #include "core/cache/split_clients.hh"
+#include "core/config/conf.hh"
+#include "core/http/variables.hh"
 
 namespace kosoku::cache {
 
-bool CacheVariables::get(config::VarId id, std::string_view suffix, std::string& out) const {
-  using config::VarId;
-  switch (id) {
-    case VarId::kDeclared: {
-      const SplitClientsConf* sc = ex_.core().conf->http.module<cache::CacheHttpConf>().find_split(suffix);
-      if (sc == nullptr || depth_ > 8) return false;
-      std::string source;
-      ++depth_;
-      config::expand(*sc->source, *this, source);
-      --depth_;
-      out.append(split_value(*sc, source));
-      return true;
-    }
-    default:
-      return proxy_.get(id, suffix, out);
-  }
+bool split_clients_value(const config::VariableSource& src, std::string_view name, std::string& out) {
+  const config::MainConf* conf = src.exchange().core().conf;
+  if (conf == nullptr) return false;
+  const SplitClientsConf* sc = conf->http.module<CacheHttpConf>().find_split(name);
+  // A source string may use variables, split_clients ones among them: bounded recursion.
+  if (sc == nullptr || src.depth > 8) return false;
+  std::string source;
+  ++src.depth;
+  config::expand(*sc->source, src, source);
+  --src.depth;
+  out.append(split_value(*sc, source));
+  return true;
 }
 
 bool any_predicate(const std::vector<std::shared_ptr<const config::Template>>& list, const http::Exchange& ex) {
   if (list.empty()) return false;
-  CacheVariables vars(ex);
+  http::RequestVariables vars(ex, ex.core().reactor);
   std::string v;
   for (const auto& t : list) {
     v.clear();

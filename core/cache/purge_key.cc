@@ -11,7 +11,6 @@ namespace {
 
 using config::Template;
 using config::TemplateSegment;
-using config::VarId;
 
 constexpr size_t kNone = std::string::npos;
 
@@ -24,22 +23,12 @@ enum class Seg {
 
 Seg classify(const TemplateSegment& s) {
   if (!s.is_variable) return Seg::kFixed;
-  switch (s.id) {
-    case VarId::kServerName:
-    case VarId::kProxyHost:
-      return Seg::kFixedHost;
-    case VarId::kHost:
-      return Seg::kClientHost;
-    case VarId::kHttp:
-      return s.text == "host" ? Seg::kClientHost : Seg::kClient;
-    case VarId::kScheme:
-    case VarId::kServerPort:
-    case VarId::kProxyPort:
-    case VarId::kHostname:
-      return Seg::kFixed;
-    default:
-      return Seg::kClient;
-  }
+  std::string_view name = s.var->name;  // for a prefix variable, its prefix
+  if (name == "server_name" || name == "proxy_host") return Seg::kFixedHost;
+  if (name == "host") return Seg::kClientHost;
+  if (name == "http_") return s.text == "host" ? Seg::kClientHost : Seg::kClient;
+  if (name == "scheme" || name == "server_port" || name == "proxy_port" || name == "hostname") return Seg::kFixed;
+  return Seg::kClient;
 }
 
 bool is_client(Seg c) { return c == Seg::kClient || c == Seg::kClientHost; }

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/base/log.hh"
 #include "core/cache/cache_variables.hh"
+#include "core/http/variables.hh"
 #include "core/cache/purge.hh"
 
 namespace kosoku::cache {
@@ -178,7 +179,7 @@ class PurgeState final : public http::ContentState, public disk::DiskCallback {
 void start_purge(CacheModule& m, http::Exchange& ex, CachePath& path, const config::Template& key_template) {
   const PurgeConf& pc = ex.location().module<cache::CacheLocConf>().purge;
   const bool method_form = pc.mode == PurgeConf::Mode::kMethod;
-  CacheVariables vars(ex);
+  http::RequestVariables vars(ex, ex.core().reactor);
   PurgeKey pk = build_purge_key(key_template, vars, PurgeKeyRules{method_form, pc.wildcard, pc.any_host});
   const std::string& key = pk.target.key;
   const std::string shown = pk.target.kind == PurgeTarget::Kind::kExact ? key : absl::StrCat(key, "*");

@@ -1,5 +1,6 @@
 // A module (nginx's ngx_module_t): the unit that owns a folder — its conf types (config/module_conf.hh), its
-// directive table, its load-time checks, its per-core run-time part and the content handler it provides.
+// directive table, its load-time checks, its variables, the request phases it joins, its per-core run-time part
+// and the content handler it provides.
 // The core names no module: it walks the registry, `modules()`, which core/modules.cc lists in order (as
 // nginx's generated objs/ngx_modules.c). Adding a module is one folder plus one line there; adding a
 // directive to a module touches only that module's folder.
@@ -14,6 +15,7 @@
 #include <string>
 #include <string_view>
 
+#include "core/config/variables.hh"
 #include "core/http/phase.hh"
 
 namespace kosoku::http {
@@ -34,6 +36,8 @@ struct Module {
   /// After the whole file is read and merged down: resolve names, check combinations, build derived data.
   /// False with the error recorded in the Builder (b.fail).
   bool (*finalize)(Builder& b) = nullptr;
+  /// The variables the module gives values to (config/variables.hh), resolvable in every template.
+  std::span<const Variable> variables;
   /// The request-phase handlers the module joins (http/phase.hh), run for every request in phase order.
   std::span<const http::PhaseHandler> phases;
   /// Whether this module is the content handler of `loc` (nginx: a location directive that sets the

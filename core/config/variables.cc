@@ -1,108 +1,60 @@
 #include "core/config/variables.hh"
 
-#include "absl/container/flat_hash_set.h"
+#include <deque>
+#include <string>
+
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "core/base/log.hh"
 #include "core/config/lexer.hh"
+#include "core/config/module.hh"
 
 namespace kosoku::config {
 
 namespace {
 
-struct VarName {
-  std::string_view name;
-  VarId id;
-};
-
-// Prefixed variables come first so that var_name() of kHttp / kSentHttp finds them by id.
-constexpr VarName kVars[] = {
-    {"remote_addr", VarId::kRemoteAddr},
-    {"remote_user", VarId::kRemoteUser},
-    {"time_local", VarId::kTimeLocal},
-    {"time_iso8601", VarId::kTimeIso8601},
-    {"request", VarId::kRequest},
-    {"request_method", VarId::kRequestMethod},
-    {"request_uri", VarId::kRequestUri},
-    {"uri", VarId::kUri},
-    {"args", VarId::kArgs},
-    {"query_string", VarId::kQueryString},
-    {"status", VarId::kStatus},
-    {"body_bytes_sent", VarId::kBodyBytesSent},
-    {"bytes_sent", VarId::kBytesSent},
-    {"http_", VarId::kHttp},
-    {"sent_http_", VarId::kSentHttp},
-    {"host", VarId::kHost},
-    {"server_name", VarId::kServerName},
-    {"server_port", VarId::kServerPort},
-    {"server_protocol", VarId::kServerProtocol},
-    {"scheme", VarId::kScheme},
-    {"request_time", VarId::kRequestTime},
-    {"request_length", VarId::kRequestLength},
-    {"msec", VarId::kMsec},
-    {"connection", VarId::kConnection},
-    {"connection_requests", VarId::kConnectionRequests},
-    {"upstream_cache_status", VarId::kUpstreamCacheStatus},
-    {"document_root", VarId::kDocumentRoot},
-    {"realpath_root", VarId::kRealpathRoot},
-    {"content_type", VarId::kContentType},
-    {"content_length", VarId::kContentLength},
-    {"is_args", VarId::kIsArgs},
-    {"pid", VarId::kPid},
-    {"hostname", VarId::kHostname},
-    {"proxy_host", VarId::kProxyHost},
-    {"proxy_port", VarId::kProxyPort},
-    {"proxy_add_x_forwarded_for", VarId::kProxyAddXForwardedFor},
-    {"cache_rule", VarId::kCacheRule},
-    {"upstream_addr", VarId::kUpstreamAddr},
-    {"upstream_status", VarId::kUpstreamStatus},
-    {"upstream_response_time", VarId::kUpstreamResponseTime},
-    {"upstream_connect_time", VarId::kUpstreamConnectTime},
-    {"upstream_header_time", VarId::kUpstreamHeaderTime},
-    {"upstream_response_length", VarId::kUpstreamResponseLength},
-};
-
 bool is_name_char(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
 }
 
-// Resolves a lower-cased name; false if unknown. Sets *suffix for the prefixed variables.
-// Module-declared variables (declare_variable): written only while loading, read-only afterwards.
-absl::flat_hash_set<std::string>& declared_variables() {
-  static absl::flat_hash_set<std::string> names;
-  return names;
+// Names declared while loading (declare_variable): written only while loading, read-only afterwards. Deques:
+// segments point at the Variable objects, which point at the names.
+struct Declared {
+  std::deque<std::string> names;
+  std::deque<Variable> vars;
+};
+Declared& declared() {
+  static Declared d;
+  return d;
 }
 
-bool lookup(std::string_view name, VarId* id, std::string_view* suffix) {
+// The registered variable a lower-cased name denotes, or null: a module's exact name first, then a declared
+// name, then the longest matching prefix ("$http_" alone is unknown). Sets *suffix for prefix and declared
+// variables.
+const Variable* lookup(std::string_view name, std::string_view* suffix) {
   *suffix = {};
-  for (const VarName& v : kVars) {
+  for (const Module* m : modules()) {
+    for (const Variable& v : m->variables) {
+      if (!v.prefix && v.name == name) return &v;
+    }
+  }
+  for (const Variable& v : declared().vars) {
     if (v.name == name) {
-      if (v.id == VarId::kHttp || v.id == VarId::kSentHttp) return false;  // "$http_" alone
-      *id = v.id;
-      return true;
+      *suffix = v.name;
+      return &v;
     }
   }
-  // $sent_http_ before $http_: "sent_http_x" does not start with "http_", so order is only for clarity.
-  for (std::string_view prefix : {std::string_view("sent_http_"), std::string_view("http_")}) {
-    if (name.size() > prefix.size() && name.substr(0, prefix.size()) == prefix) {
-      *id = prefix[0] == 's' ? VarId::kSentHttp : VarId::kHttp;
-      *suffix = name.substr(prefix.size());
-      return true;
+  const Variable* best = nullptr;
+  for (const Module* m : modules()) {
+    for (const Variable& v : m->variables) {
+      if (v.prefix && name.size() > v.name.size() && name.substr(0, v.name.size()) == v.name &&
+          (best == nullptr || v.name.size() > best->name.size())) {
+        best = &v;
+      }
     }
   }
-  if (declared_variables().contains(absl::string_view(name.data(), name.size()))) {
-    *id = VarId::kDeclared;
-    *suffix = name;
-    return true;
-  }
-  for (std::string_view prefix : {std::string_view("arg_"), std::string_view("cookie_")}) {
-    if (name.size() > prefix.size() && name.substr(0, prefix.size()) == prefix) {
-      *id = prefix[0] == 'a' ? VarId::kArg : VarId::kCookie;
-      *suffix = name.substr(prefix.size());
-      return true;
-    }
-  }
-  return false;
+  if (best != nullptr) *suffix = name.substr(best->name.size());
+  return best;
 }
 
 constexpr char kHexUpper[] = "0123456789ABCDEF";
@@ -201,13 +153,6 @@ void escape_in_place(LogEscape e, std::string& out, size_t start) {
 
 }  // namespace
 
-std::string_view var_name(VarId id) {
-  for (const VarName& v : kVars) {
-    if (v.id == id) return v.name;
-  }
-  return {};
-}
-
 bool Template::has_variables() const {
   for (const TemplateSegment& s : segments) {
     if (s.is_variable) return true;
@@ -215,9 +160,9 @@ bool Template::has_variables() const {
   return false;
 }
 
-bool Template::uses(VarId id) const {
+bool Template::uses(std::string_view name) const {
   for (const TemplateSegment& s : segments) {
-    if (s.is_variable && s.id == id) return true;
+    if (s.is_variable && s.var->name == name) return true;
   }
   return false;
 }
@@ -261,16 +206,16 @@ Template compile(std::string_view s, const SourceLoc& loc, std::string* error) {
     }
     if (name.empty()) return fail(absl::StrCat("invalid variable name in \"", std::string(s), "\""));
     std::string lower = absl::AsciiStrToLower(std::string(name));
-    VarId id;
     std::string_view suffix;
-    if (!lookup(lower, &id, &suffix)) return fail(absl::StrCat("unknown \"", lower, "\" variable"));
+    const Variable* var = lookup(lower, &suffix);
+    if (var == nullptr) return fail(absl::StrCat("unknown \"", lower, "\" variable"));
     if (!literal.empty()) {
-      t.segments.push_back(TemplateSegment{false, VarId::kUri, std::move(literal)});
+      t.segments.push_back(TemplateSegment{false, nullptr, std::move(literal)});
       literal.clear();
     }
-    t.segments.push_back(TemplateSegment{true, id, std::string(suffix)});
+    t.segments.push_back(TemplateSegment{true, var, std::string(suffix)});
   }
-  if (!literal.empty()) t.segments.push_back(TemplateSegment{false, VarId::kUri, std::move(literal)});
+  if (!literal.empty()) t.segments.push_back(TemplateSegment{false, nullptr, std::move(literal)});
   return t;
 }
 
@@ -281,7 +226,7 @@ void expand_segment(const Template& t, size_t i, const VariableSource& vars, std
     return;
   }
   size_t start = out.size();
-  bool found = vars.get(seg.id, seg.text, out);
+  bool found = vars.get(*seg.var, seg.text, out);
   if (!found) {
     out.resize(start);  // a source that appended before failing must not leak bytes
     if (t.escape == LogEscape::kDefault) out.push_back('-');
@@ -294,11 +239,12 @@ void expand(const Template& t, const VariableSource& vars, std::string& out) {
   for (size_t i = 0; i < t.segments.size(); ++i) expand_segment(t, i, vars, out);
 }
 
-bool declare_variable(std::string_view name) {
-  VarId id;
+bool declare_variable(std::string_view name, bool (*get)(const VariableSource&, std::string_view, std::string&)) {
   std::string_view suffix;
-  if (name.empty() || lookup(name, &id, &suffix)) return false;
-  declared_variables().insert(std::string(name));
+  if (name.empty() || lookup(name, &suffix) != nullptr) return false;
+  Declared& d = declared();
+  d.names.emplace_back(name);
+  d.vars.push_back(Variable{.name = d.names.back(), .get = get});
   return true;
 }
 

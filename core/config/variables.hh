@@ -1,25 +1,19 @@
 // Strings with nginx variables (`$uri`, `${host}`), compiled once at load and expanded per request.
 //
-// Used by `log_format`, `add_header`, `return` and `try_files`. The loader compiles and validates every such
-// string (unknown variable → `unknown "foo" variable`, as nginx); the HTTP engine expands them with its own
-// VariableSource. Expansion appends to a caller-owned string and allocates nothing beyond that string's
-// growth (reserve it once per connection).
+// Used by `log_format`, `add_header`, `return`, `try_files`, proxy_set_header, proxy_redirect, the cache key
+// and predicates, split_clients and upstream hash keys. The loader compiles and validates every such string
+// (unknown variable → `unknown "foo" variable`, as nginx). Expansion appends to a caller-owned string and
+// allocates nothing beyond that string's growth (reserve it once per connection).
 //
-// Variables known to kosoku (nginx meanings, ngx_http_variables.c / ngx_http_log_module.c):
-//   $remote_addr $remote_user $time_local $time_iso8601 $request $request_method $request_uri $uri $args
-//   $query_string $status $body_bytes_sent $bytes_sent $http_NAME $sent_http_NAME $host $server_name
-//   $server_port $server_protocol $scheme $request_time $request_length $msec $connection
-//   $connection_requests $upstream_cache_status $document_root $realpath_root $content_type
-//   $content_length $is_args $pid $hostname
-//   $proxy_host $proxy_port $proxy_add_x_forwarded_for (set only while proxying)
-//   $cache_rule (core/rules/cache_rule.hh: rules::cache_rule_value)
-//   $upstream_addr $upstream_status $upstream_response_time $upstream_connect_time $upstream_header_time
-//   $upstream_response_length (http/variables.cc, from what the proxy recorded)
-//   $arg_NAME $cookie_NAME, and module-declared names (split_clients; declare_variable) — expanded by the proxy
-//   cache's source (core/cache/cache_variables.hh); elsewhere they are not set
-// Names are case-insensitive (nginx hashes them lower-cased). `$http_NAME` / `$sent_http_NAME` carry NAME
-// (lower-cased, as written, e.g. "user_agent") as the suffix; http_var_name_matches() compares it with a
-// header field name the nginx way ('-' and '_' equal, case-insensitive).
+// Variables are registered by the module that gives their value (config/module.hh: Module::variables), as
+// nginx's modules add theirs to one hash: the HTTP core's ($uri, $host, $http_NAME, $status, ...:
+// http/variables.cc), the proxy's ($proxy_host, $proxy_port, $proxy_add_x_forwarded_for), the rules'
+// ($cache_rule), and names declared while loading (split_clients: declare_variable). Every variable resolves in
+// every template: a template is expanded against one request (VariableSource), and each variable's getter
+// reads what it needs from it. Names are case-insensitive (nginx hashes them lower-cased). A prefix variable
+// (`$http_NAME`, `$sent_http_NAME`, `$arg_NAME`, `$cookie_NAME`) carries NAME (lower-cased, as written, e.g.
+// "user_agent") as its suffix; http_var_name_matches() compares it with a header field name the nginx way
+// ('-' and '_' equal, case-insensitive).
 #pragma once
 
 #include <cstdint>
@@ -29,69 +23,33 @@
 
 #include "core/config/conf.hh"
 
+namespace kosoku::http {
+class Exchange;
+}
+namespace kosoku::reactor {
+class Reactor;
+}
+
 namespace kosoku::config {
 
-enum class VarId : uint8_t {
-  kRemoteAddr,
-  kRemoteUser,
-  kTimeLocal,
-  kTimeIso8601,
-  kRequest,
-  kRequestMethod,
-  kRequestUri,
-  kUri,
-  kArgs,
-  kQueryString,
-  kStatus,
-  kBodyBytesSent,
-  kBytesSent,
-  kHttp,      // $http_NAME: request header NAME
-  kSentHttp,  // $sent_http_NAME: response header NAME
-  kHost,
-  kServerName,
-  kServerPort,
-  kServerProtocol,
-  kScheme,
-  kRequestTime,
-  kRequestLength,
-  kMsec,
-  kConnection,
-  kConnectionRequests,
-  kUpstreamCacheStatus,
-  kDocumentRoot,
-  kRealpathRoot,
-  kContentType,
-  kContentLength,
-  kIsArgs,
-  kPid,
-  kHostname,
-  // ngx_http_proxy_module (proxy/proxy_handler.cc expands them; elsewhere they are not set)
-  kProxyHost,              // $proxy_host: proxy_pass host[:port] or upstream name
-  kProxyPort,              // $proxy_port
-  kProxyAddXForwardedFor,  // $proxy_add_x_forwarded_for: X-Forwarded-For + ", " + $remote_addr
-  kCacheRule,  // $cache_rule (core/rules): "1" when the request must not be cached, else ""
-  // core/cache (cache/cache_variables.hh expands them for the proxy cache's templates)
-  kArg,       // $arg_NAME: query argument NAME (suffix = NAME, as written)
-  kCookie,    // $cookie_NAME: cookie NAME of the Cookie field (suffix = NAME, as written)
-  kDeclared,  // a variable declared by a module while loading (split_clients): suffix = its name
-  // ngx_http_upstream_module: from http::ResponseHead::upstream (set by core/proxy), one value per try joined
-  // by ", "; "-" for an unknown value
-  kUpstreamAddr,            // $upstream_addr
-  kUpstreamStatus,          // $upstream_status
-  kUpstreamResponseTime,    // $upstream_response_time (seconds, ms resolution: "0.012")
-  kUpstreamConnectTime,     // $upstream_connect_time
-  kUpstreamHeaderTime,      // $upstream_header_time
-  kUpstreamResponseLength,  // $upstream_response_length (body bytes)
-};
+class VariableSource;
 
-/// The variable's nginx name without `$` ("remote_addr"; "http_" / "sent_http_" for the prefixed ones).
-std::string_view var_name(VarId id);
+/// A variable templates may name, registered by the module that gives its value.
+struct Variable {
+  std::string_view name;  // lower-case, without '$'; for a prefix variable the prefix ("http_")
+  /// Appends the variable's value for the request `src` describes and returns true; returns false,
+  /// appending nothing, when the variable is not set for it (nginx's "not found": $remote_user without
+  /// credentials, $http_NAME for an absent field, $status before the response). `suffix`: the NAME of a prefix
+  /// variable, the name of a declared one, else empty. Called only with a source that has a request.
+  bool (*get)(const VariableSource& src, std::string_view suffix, std::string& out) = nullptr;
+  bool prefix = false;  // the name is "<prefix>NAME"
+};
 
 /// One piece of a compiled template.
 struct TemplateSegment {
   bool is_variable = false;
-  VarId id = VarId::kUri;  // is_variable only
-  std::string text;        // literal text; for kHttp / kSentHttp the NAME suffix (lower-case); else empty
+  const Variable* var = nullptr;  // is_variable only; registry-owned, lives as long as the process
+  std::string text;               // literal text; for a variable its suffix (the NAME of $http_NAME, ...)
 };
 
 /// A compiled string. `escape` applies to variable values only (literal text is copied as is):
@@ -123,7 +81,8 @@ struct Template {
   SourceLoc loc;  // where the string was written
 
   bool has_variables() const;
-  bool uses(VarId id) const;
+  /// Whether the template names variable `name` (a prefix variable by its prefix: "http_").
+  bool uses(std::string_view name) const;
 };
 
 /// Compiles `s` (`$name` and `${name}`; a name is [A-Za-z0-9_]+). On error returns an empty Template and
@@ -131,24 +90,55 @@ struct Template {
 /// `invalid variable name in "..."`, `the closing bracket in "name" variable is missing`.
 Template compile(std::string_view s, const SourceLoc& loc, std::string* error);
 
-/// What the HTTP engine implements per request to expand templates.
+/// The request a template is expanded for, and what is known of its response (http::RequestVariables).
+/// Module getters read it; a test may derive its own source and override get().
 class VariableSource {
  public:
-  /// Appends the value of variable `id` to `out` and returns true; returns false (appending nothing) when
-  /// the variable is not set for this request (nginx's "not found": e.g. $remote_user without
-  /// credentials, $http_NAME for an absent header). `name_suffix` is the NAME of $http_NAME /
-  /// $sent_http_NAME, empty for the others. Must not throw.
-  virtual bool get(VarId id, std::string_view name_suffix, std::string& out) const = 0;
+  /// What is known of the response: the values of $status, $bytes_sent, $body_bytes_sent, $request_time.
+  struct Response {
+    int status = 0;
+    uint64_t bytes_sent = 0;
+    uint64_t body_bytes_sent = 0;
+    uint64_t request_time_ms = 0;
+  };
+
+  /// Appends the value of `v` (with its suffix) and returns true, or returns false appending nothing.
+  /// Default: the variable's getter. Must not throw.
+  virtual bool get(const Variable& v, std::string_view suffix, std::string& out) const {
+    return v.get != nullptr && v.get(*this, suffix, out);
+  }
+  /// The request (never null for the engine's sources).
+  const http::Exchange& exchange() const { return *ex_; }
+  /// Null while no response exists yet (building an upstream request, a cache key): the response variables
+  /// ($status, $bytes_sent, $sent_http_NAME, $request_time, $upstream_cache_status) are then not set.
+  const Response* response() const { return has_response_ ? &resp_ : nullptr; }
+  /// The core's loop, for its cached clock; null: read the clocks directly.
+  const reactor::Reactor* reactor() const { return r_; }
+
+  /// Nesting depth of variables whose value is itself a template (split_clients' source): bounded by their
+  /// getter.
+  mutable int depth = 0;
 
  protected:
+  VariableSource() = default;
+  VariableSource(const http::Exchange* ex, const Response* resp, const reactor::Reactor* r)
+      : ex_(ex), r_(r), has_response_(resp != nullptr) {
+    if (resp != nullptr) resp_ = *resp;
+  }
   ~VariableSource() = default;
+
+ private:
+  const http::Exchange* ex_ = nullptr;
+  const reactor::Reactor* r_ = nullptr;
+  Response resp_;
+  bool has_response_ = false;
 };
 
-/// Declares `$name` (lower-case, without `$`) for compile(): it then compiles to VarId::kDeclared with `name`
-/// as the segment text (nginx's ngx_http_add_variable for module variables such as split_clients'). Called by
-/// directive setters while a configuration loads (single-threaded); the set only grows. False if `name` is
-/// already a built-in or declared variable.
-bool declare_variable(std::string_view name);
+/// Declares `$name` (lower-case, without `$`) for compile(), with its getter (nginx's ngx_http_add_variable for
+/// module variables such as split_clients'); the getter gets `name` as its suffix. Called by directive setters
+/// while a configuration loads (single-threaded); the set only grows. False if `name` is already a registered
+/// or declared variable.
+bool declare_variable(std::string_view name, bool (*get)(const VariableSource&, std::string_view, std::string&));
 
 /// Appends the expansion of `t` to `out` (escaping variable values per t.escape). Allocation-free apart
 /// from the growth of `out`.

@@ -460,7 +460,7 @@ void HttpConnection::log_request() {
   srv_.access_log->log(*loc_, *this, status_, body_bytes_ + out_head_len_, body_bytes_, request_time);
 }
 
-HttpServer::HttpServer(const CoreContext& core) : core_(core) {}
+HttpServer::HttpServer(const CoreContext& core) : core_(core) { core_.server = this; }
 
 HttpServer::~HttpServer() {
   while (!cores_.empty()) cores_.pop_back();  // reverse registry order: a module may use the ones before it

@@ -32,6 +32,8 @@ struct CoreStats;
 
 namespace kosoku::http {
 
+class HttpServer;
+
 /// Per-core context shared by every connection of a loop.
 struct CoreContext {
   reactor::Reactor* reactor = nullptr;
@@ -44,6 +46,8 @@ struct CoreContext {
   disk::DiskQueue* (*find_queue)(void* owner, std::string_view name) = nullptr;
   void* queue_owner = nullptr;
   disk::DiskQueue* queue(std::string_view name) const { return find_queue(queue_owner, name); }
+  /// The core's HttpServer (its modules' per-core parts: HttpServer::module_core); set by the server.
+  HttpServer* server = nullptr;
   /// Every core's counters (for the `status` location); filled before the loops start, read-only after.
   const std::vector<const stats::CoreStats*>* all_stats = nullptr;
 };

@@ -1,6 +1,6 @@
-// Request-time variables ($uri, $host, $http_NAME, $status, ...): nginx's ngx_http_variables for one
-// exchange. Used by the log phase (access_log/log_format) and by directives whose values take variables
-// (add_header, return). Values that depend on the response (status, bytes) come from RequestVariables::Response.
+// Request-time variables ($uri, $host, $http_NAME, $status, $upstream_*, ...): nginx's ngx_http_variables, and
+// the source every template is expanded against (config/variables.hh). Values that depend on the response
+// (status, bytes) come from RequestVariables::Response; without one they are not set.
 #pragma once
 
 #include <cstdint>
@@ -13,6 +13,9 @@
 namespace kosoku::reactor {
 class Reactor;
 }
+namespace kosoku::config {
+struct Module;
+}
 
 namespace kosoku::http {
 
@@ -23,27 +26,20 @@ bool find_arg(std::string_view query, std::string_view name, std::string_view* v
 /// blanks around items trimmed. False when absent.
 bool find_cookie(std::string_view cookie_header, std::string_view name, std::string_view* value);
 
+/// The engine's variable source: one exchange, and what is known of its response.
 class RequestVariables final : public config::VariableSource {
  public:
-  /// What is known of the response when the variables are read (all zero before the response).
-  struct Response {
-    int status = 0;
-    uint64_t bytes_sent = 0;
-    uint64_t body_bytes_sent = 0;
-    uint64_t request_time_ms = 0;
-  };
+  using Response = config::VariableSource::Response;
+  /// With the response's figures (the log phase; add_header and `return`, whose response is being made).
   /// `r`: the core's loop, for its cached wall clock; null (tests) reads the clock directly.
   RequestVariables(const Exchange& ex, const Response& resp, const reactor::Reactor* r)
-      : ex_(ex), resp_(resp), r_(r) {}
-
-  bool get(config::VarId id, std::string_view suffix, std::string& out) const override;
-
- private:
-  bool upstream_value(config::VarId id, std::string& out) const;
-
-  const Exchange& ex_;
-  Response resp_;
-  const reactor::Reactor* r_;
+      : VariableSource(&ex, &resp, r) {}
+  /// Before any response exists (the upstream request, cache keys and predicates): the response variables
+  /// are not set.
+  RequestVariables(const Exchange& ex, const reactor::Reactor* r) : VariableSource(&ex, nullptr, r) {}
 };
+
+/// The HTTP core's variables as a module of their own (core/modules.cc).
+config::Module& variables_module();
 
 }  // namespace kosoku::http

@@ -22,6 +22,7 @@ struct Template;  // config/variables.hh
 class Builder;
 struct DirectiveSpec;
 struct Module;
+struct Variable;
 }
 namespace re2 {
 class RE2;
@@ -186,5 +187,7 @@ struct ProxyLocationConf {
 config::Module& module();
 std::span<const config::DirectiveSpec> directives();
 bool finalize_conf(config::Builder& b);
+/// $proxy_host, $proxy_port, $proxy_add_x_forwarded_for (proxy/proxy_request.cc).
+std::span<const config::Variable> variables();
 
 }  // namespace kosoku::proxy

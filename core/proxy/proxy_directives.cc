@@ -426,7 +426,7 @@ bool set_proxy_next_upstream(Builder& b, Scope& s, const Directive& d) {
 // A literal template (no variables).
 std::shared_ptr<const Template> literal(const std::string& text) {
   Template t;
-  t.segments.push_back(TemplateSegment{false, VarId::kUri, text});
+  t.segments.push_back(TemplateSegment{false, nullptr, text});
   return std::make_shared<const Template>(std::move(t));
 }
 

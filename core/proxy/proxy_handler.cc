@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/base/log.hh"
 #include "core/config/variables.hh"
+#include "core/http/variables.hh"
 #include "core/http/chunked.hh"
 #include "core/proxy/proxy_request.hh"
 #include "core/proxy/proxy_state.hh"
@@ -43,7 +44,7 @@ void ProxyState::start() {
 
   std::string key;
   if (group_->conf().hash_key != nullptr) {
-    ProxyVariables vars(ex_, *conf_);
+    http::RequestVariables vars(ex_, ex_.core().reactor);
     config::expand(*group_->conf().hash_key, vars, key);
   }
   group_->balancer().start(attempt_, key, conf_->next_upstream_tries);

@@ -11,6 +11,7 @@ config::Module& module() {
       .name = "proxy",
       .directives = directives(),
       .finalize = &finalize_conf,
+      .variables = variables(),
       .content = &ProxyModule::applies,
       .init_core = [](http::HttpServer& server, std::string*) -> std::unique_ptr<http::ModuleCore> {
         return std::make_unique<ProxyModule>(server);

@@ -14,7 +14,6 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "core/base/log.hh"
-#include "core/rules/cache_rule.hh"
 #include "re2/re2.h"
 
 namespace kosoku::proxy {
@@ -28,43 +27,41 @@ bool same_name(std::string_view a, std::string_view b) { return absl::EqualsIgno
 
 }  // namespace
 
-bool ProxyVariables::get(config::VarId id, std::string_view suffix, std::string& out) const {
-  using config::VarId;
-  const http::Request& req = ex_.request();
-  switch (id) {
-    case VarId::kProxyHost:
-      out.append(conf_.proxy_host);
-      return true;
-    case VarId::kProxyPort:
-      absl::StrAppend(&out, conf_.proxy_port);
-      return true;
-    case VarId::kProxyAddXForwardedFor: {
-      // nginx: every X-Forwarded-For line joined with ", ", then $remote_addr.
-      bool any = false;
-      for (const HeaderField& f : req.headers()) {
-        if (f.token != HeaderToken::kXForwardedFor) continue;
-        if (any) out.append(", ");
-        out.append(f.value);
-        any = true;
-      }
-      if (any) out.append(", ");
-      out.append(ex_.remote_addr());
-      return true;
-    }
-    // Response-time and log-only variables are not set while the upstream request is built.
-    case VarId::kStatus:
-    case VarId::kBodyBytesSent:
-    case VarId::kBytesSent:
-    case VarId::kSentHttp:
-    case VarId::kRequestTime:
-    case VarId::kUpstreamCacheStatus:
-      return false;
-    default:
-      // Everything else means the same as in the rest of the server (core/http/variables.hh).
-      return http::RequestVariables(ex_, http::RequestVariables::Response{}, ex_.core().reactor)
-          .get(id, suffix, out);
-  }
-}
+namespace {
+
+using Src = const config::VariableSource&;
+
+// ngx_http_proxy_module's variables: meaningful in a proxy_pass location, empty elsewhere.
+constexpr config::Variable kProxyVariables[] = {
+    {"proxy_host",
+     [](Src s, std::string_view, std::string& out) {
+       out.append(s.exchange().location().module<ProxyLocationConf>().proxy_host);
+       return true;
+     }},
+    {"proxy_port",
+     [](Src s, std::string_view, std::string& out) {
+       absl::StrAppend(&out, s.exchange().location().module<ProxyLocationConf>().proxy_port);
+       return true;
+     }},
+    // nginx: every X-Forwarded-For line joined with ", ", then $remote_addr.
+    {"proxy_add_x_forwarded_for",
+     [](Src s, std::string_view, std::string& out) {
+       bool any = false;
+       for (const HeaderField& f : s.exchange().request().headers()) {
+         if (f.token != HeaderToken::kXForwardedFor) continue;
+         if (any) out.append(", ");
+         out.append(f.value);
+         any = true;
+       }
+       if (any) out.append(", ");
+       out.append(s.exchange().remote_addr());
+       return true;
+     }},
+};
+
+}  // namespace
+
+std::span<const config::Variable> variables() { return kProxyVariables; }
 
 void append_escaped_uri(std::string_view s, std::string& out) {
   static constexpr char kHex[] = "0123456789ABCDEF";
@@ -106,7 +103,7 @@ void build_request_head(const http::Exchange& ex, const ProxyLocationConf& conf,
   append_upstream_target(ex, conf, out);
   absl::StrAppend(&out, conf.http_version_minor == 1 ? " HTTP/1.1\r\n" : " HTTP/1.0\r\n");
 
-  ProxyVariables vars(ex, conf);
+  http::RequestVariables vars(ex, ex.core().reactor);
   for (const ProxySetHeader& h : conf.headers) {
     const size_t mark = out.size();
     absl::StrAppend(&out, h.name, ": ");
@@ -177,7 +174,7 @@ bool rewrite_redirect_value(const http::Exchange& ex, const ProxyLocationConf& c
       }
       return true;
     }
-    ProxyVariables vars(ex, conf);
+    http::RequestVariables vars(ex, ex.core().reactor);
     pattern.clear();
     config::expand(*r.redirect_tpl, vars, pattern);
     if (!absl::StartsWith(tail, pattern)) continue;

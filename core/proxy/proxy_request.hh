@@ -34,18 +34,6 @@ namespace kosoku::proxy {
 /// How the request body is framed towards the upstream.
 enum class BodyFraming : uint8_t { kNone, kLength, kChunked };
 
-/// Variables for proxy_set_header values and `hash` keys: nginx's request variables plus $proxy_host,
-/// $proxy_port and $proxy_add_x_forwarded_for. Response-time variables ($status, $bytes_sent...) are unset.
-class ProxyVariables final : public config::VariableSource {
- public:
-  ProxyVariables(const http::Exchange& ex, const ProxyLocationConf& conf) : ex_(ex), conf_(conf) {}
-  bool get(config::VarId id, std::string_view suffix, std::string& out) const override;
-
- private:
-  const http::Exchange& ex_;
-  const ProxyLocationConf& conf_;
-};
-
 /// Appends s with nginx's NGX_ESCAPE_URI escaping: SP, '#', '%', '?', CTLs, DEL and bytes >= 0x80 become %XX.
 void append_escaped_uri(std::string_view s, std::string& out);
 
@@ -63,7 +51,7 @@ void build_response_head(const http::ParsedResponse& resp, const ProxyLocationCo
 
 /// proxy_redirect (nginx's ngx_http_proxy_rewrite_redirect / _refresh): rewrites head.location and the URL of a
 /// Refresh field in head.extra ("5; url=..."), with the first proxy_redirect line that applies (proxy_conf.hh:
-/// ProxyRedirect). Variables expand with ProxyVariables. Nothing changes when no line applies.
+/// ProxyRedirect). Variables expand against the request (http::RequestVariables). Nothing changes when no line applies.
 void rewrite_redirects(const http::Exchange& ex, const ProxyLocationConf& conf, http::ResponseHead& head);
 
 /// One value through the proxy_redirect lines: the part from `prefix` on is rewritten into `out` (whole value).

@@ -12,7 +12,6 @@ namespace kosoku::rules {
 
 namespace {
 
-thread_local RulesCore* t_current = nullptr;
 constexpr uint64_t kHousekeepingMs = 1000;
 constexpr uint64_t kLogIntervalMs = 10000;
 
@@ -24,7 +23,6 @@ RulesCore::RulesCore(reactor::Reactor& r, const config::MainConf& conf, const st
       memo_(store_.conf().memo_max),
       compiled_(store_.conf().compiled_max, store_.conf().compiled_inactive_ms) {
   reader_ = store_.set().qsbr().enroll();
-  if (t_current == nullptr) t_current = this;
   now_ms_ = r.now_ms();
   r.timers().arm(*this, now_ms_ + kHousekeepingMs);
   if (Persister* p = store_.persister()) {
@@ -36,7 +34,6 @@ RulesCore::RulesCore(reactor::Reactor& r, const config::MainConf& conf, const st
 RulesCore::RulesCore(RuleStore& store)
     : store_(store), memo_(store.conf().memo_max), compiled_(store.conf().compiled_max, store.conf().compiled_inactive_ms) {
   reader_ = store_.set().qsbr().enroll();
-  if (t_current == nullptr) t_current = this;
   admin_ = std::make_unique<AdminHandler>(*this);
 }
 
@@ -48,10 +45,7 @@ RulesCore::~RulesCore() {
   for (AdminState* w : waiters_) w->detach();
   waiters_.clear();
   store_.set().qsbr().leave(reader_);
-  if (t_current == this) t_current = nullptr;
 }
-
-RulesCore* RulesCore::current() { return t_current; }
 
 http::ContentHandler& RulesCore::admin() { return *admin_; }
 
@@ -149,17 +143,34 @@ std::string_view RulesCore::cache_rule(const http::Exchange& ex) {
   return last_.cache ? "" : "1";
 }
 
-std::string_view cache_rule_value(const http::Exchange& ex) {
-  if (RulesCore* c = RulesCore::current()) return c->cache_rule(ex);
+namespace {
+
+// `$cache_rule`: "1" when the request must not be cached (proxy_cache_bypass / proxy_no_cache treat a
+// non-empty value other than "0" as true), "" otherwise: the request's $host and $uri against the host's
+// patterns, by the RulesCore of the request's loop; without one (a server built by hand), cache_rules_default.
+bool cache_rule_variable(const config::VariableSource& src, std::string_view, std::string& out) {
+  const http::Exchange& ex = src.exchange();
+  const http::HttpServer* server = ex.core().server;
+  if (auto* rc = server != nullptr ? static_cast<RulesCore*>(server->module_core(module())) : nullptr) {
+    out.append(rc->cache_rule(ex));
+    return true;
+  }
   const config::MainConf* conf = ex.core().conf;
-  bool cache = conf == nullptr || conf->http.module<RulesConf>().default_cache;
-  return cache ? "" : "1";
+  if (conf != nullptr && !conf->http.module<RulesConf>().default_cache) out.append("1");
+  return true;
 }
+
+constexpr config::Variable kRulesVariables[] = {
+    {"cache_rule", &cache_rule_variable},
+};
+
+}  // namespace
 
 config::Module& module() {
   static config::Module m{
       .name = "rules",
       .directives = directives(),
+      .variables = kRulesVariables,
       .content = [](const config::LocationConf& loc) { return loc.module<RulesLocConf>().admin; },
       // The process store is loaded from cache_rules_file on the first core's start (std::system_error if
       // that fails, which fails the worker's start).

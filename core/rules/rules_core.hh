@@ -27,7 +27,6 @@
 #include "core/http/exchange.hh"
 #include "core/http/module_core.hh"
 #include "core/reactor/reactor.hh"
-#include "core/rules/cache_rule.hh"
 #include "core/rules/compiled_cache.hh"
 #include "core/rules/memo.hh"
 #include "core/rules/store.hh"
@@ -86,9 +85,6 @@ class RulesCore final : public reactor::Poller, public reactor::Timer, public ht
   const Counters& counters() const { return counters_; }
   const Memo& memo() const { return memo_; }
   const CompiledCache& compiled() const { return compiled_; }
-
-  /// The RulesCore of the calling thread (the loop's), or null.
-  static RulesCore* current();
 
   // Admin requests waiting for their change to be durable (admin_handler.cc).
   void wait_durable(AdminState* st);

@@ -16,8 +16,8 @@ namespace {
 
 class Vars : public kosoku::config::VariableSource {
  public:
-  bool get(kosoku::config::VarId id, std::string_view suffix, std::string& out) const override {
-    if (id == kosoku::config::VarId::kRemoteUser) return false;
+  bool get(const kosoku::config::Variable& v, std::string_view suffix, std::string& out) const override {
+    if (v.name == "remote_user") return false;
     out.append("v\"\\\x01\xff");
     out.append(suffix);
     return true;

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "core/cache/cache_conf.hh"
+#include "core/cache/cache_variables.hh"
 #include "core/config/loader.hh"
 #include "core/config/variables.hh"
 
@@ -132,7 +133,7 @@ TEST(CacheConfigTest, LocationDirectivesAndInheritance) {
   EXPECT_EQ(base.valid_for(500), 5000u);
   EXPECT_EQ(base.key_text, "$scheme:$host$request_uri");
   ASSERT_NE(base.key, nullptr);
-  EXPECT_TRUE(base.key->uses(VarId::kHost));
+  EXPECT_TRUE(base.key->uses("host"));
   EXPECT_TRUE(base.lock);
   EXPECT_EQ(base.lock_timeout_ms, 2000u);
   EXPECT_EQ(base.lock_age_ms, 750u);
@@ -146,9 +147,9 @@ TEST(CacheConfigTest, LocationDirectivesAndInheritance) {
   EXPECT_EQ(a.methods, cache::kMethodGet | cache::kMethodHead | cache::kMethodPost);
   EXPECT_EQ(a.min_uses, 3u);
   ASSERT_EQ(a.bypass.size(), 2u);
-  EXPECT_TRUE(a.bypass[0]->uses(VarId::kCookie));
+  EXPECT_TRUE(a.bypass[0]->uses("cookie_"));
   EXPECT_EQ(a.bypass[0]->segments[0].text, "nocache");
-  EXPECT_TRUE(a.bypass[1]->uses(VarId::kArg));
+  EXPECT_TRUE(a.bypass[1]->uses("arg_"));
   ASSERT_EQ(a.no_cache.size(), 1u);
   EXPECT_TRUE(a.revalidate);
   EXPECT_TRUE(a.background_update);
@@ -186,7 +187,7 @@ TEST(CacheConfigTest, ProxyCacheWithVariable) {
   EXPECT_TRUE(l.zone.empty());
   ASSERT_NE(l.zone_tpl, nullptr);
   ASSERT_EQ(l.zone_tpl->segments.size(), 1u);
-  EXPECT_EQ(l.zone_tpl->segments[0].id, VarId::kDeclared);
+  EXPECT_EQ(l.zone_tpl->segments[0].var->get, &cache::split_clients_value);  // a declared split_clients variable
   EXPECT_EQ(l.zone_tpl->segments[0].text, "cache_disk_t1");
 }
 
@@ -235,7 +236,7 @@ TEST(CacheConfigTest, PurgeShapes) {
   EXPECT_EQ(zk.mode, cache::PurgeConf::Mode::kZoneKey);
   EXPECT_EQ(zk.zone, "z");
   ASSERT_NE(zk.key, nullptr);
-  EXPECT_TRUE(zk.key->uses(VarId::kArg));
+  EXPECT_TRUE(zk.key->uses("arg_"));
   const cache::PurgeConf& m = s.locations[1].module<cache::CacheLocConf>().purge;
   EXPECT_EQ(m.mode, cache::PurgeConf::Mode::kMethod);
   EXPECT_EQ(m.method, "PURGE");

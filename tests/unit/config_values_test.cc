@@ -127,26 +127,25 @@ TEST(ConfigValues, ListenAddresses) {
 
 class FakeRequest : public VariableSource {
  public:
-  bool get(VarId id, std::string_view suffix, std::string& out) const override {
-    switch (id) {
-      case VarId::kUri:
-        out += uri;
-        return true;
-      case VarId::kStatus:
-        out += "200";
-        return true;
-      case VarId::kHttp:
-        if (suffix == "user_agent") {
-          out += agent;
-          return true;
-        }
-        return false;
-      case VarId::kRemoteUser:
-        return false;
-      default:
-        out += "<" + std::string(var_name(id)) + ">";
-        return true;
+  bool get(const Variable& v, std::string_view suffix, std::string& out) const override {
+    if (v.name == "uri") {
+      out += uri;
+      return true;
     }
+    if (v.name == "status") {
+      out += "200";
+      return true;
+    }
+    if (v.name == "http_") {
+      if (suffix == "user_agent") {
+        out += agent;
+        return true;
+      }
+      return false;
+    }
+    if (v.name == "remote_user") return false;
+    out += "<" + std::string(v.name) + ">";
+    return true;
   }
   std::string uri = "/a b";
   std::string agent = "curl \"x\"\\\n\x7f\xc3\xa9";
@@ -159,16 +158,16 @@ TEST(ConfigVariables, CompileSegments) {
   ASSERT_EQ(t.segments.size(), 8u);
   EXPECT_FALSE(t.segments[0].is_variable);
   EXPECT_EQ(t.segments[0].text, "GET ");
-  EXPECT_EQ(t.segments[1].id, VarId::kUri);
-  EXPECT_EQ(t.segments[3].id, VarId::kArgs);
-  EXPECT_EQ(t.segments[5].id, VarId::kHttp);
+  EXPECT_EQ(t.segments[1].var->name, "uri");
+  EXPECT_EQ(t.segments[3].var->name, "args");
+  EXPECT_EQ(t.segments[5].var->name, "http_");
   EXPECT_EQ(t.segments[5].text, "user_agent");
-  EXPECT_EQ(t.segments[6].id, VarId::kSentHttp);
+  EXPECT_EQ(t.segments[6].var->name, "sent_http_");
   EXPECT_EQ(t.segments[6].text, "x_y");
   EXPECT_EQ(t.segments[7].text, ".");
   EXPECT_TRUE(t.has_variables());
-  EXPECT_TRUE(t.uses(VarId::kArgs));
-  EXPECT_FALSE(t.uses(VarId::kHost));
+  EXPECT_TRUE(t.uses("args"));
+  EXPECT_FALSE(t.uses("host"));
   EXPECT_FALSE(compile("plain", {}, &e).has_variables());
 }
 

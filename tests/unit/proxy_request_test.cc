@@ -28,6 +28,7 @@ class RequestOnly final : public http::Exchange {
     http::ParseResult r = http::parse_request(raw_, req_, http::ParserLimits{});
     EXPECT_EQ(r.status, http::ParseStatus::kComplete) << r.reason;
     http::normalize_path(req_.path, uri_);
+    core_.conf = &conf;  // the configuration, as a core has it (split_clients, $cache_rule defaults)
     server_ = conf.http.servers[0].get();
     loc_ = server_->find_location(uri_);
     host_ = std::string(req_.host_name);
@@ -418,8 +419,8 @@ TEST(ProxyConfig, NamesNotResolvedWhenAskedNot) {
   EXPECT_FALSE(config::load_from_string("http { upstream u { server nosuchhost.invalid:81; } }", "t.conf").ok());
 }
 
-// $arg_NAME and $cookie_NAME have one definition (http::RequestVariables); the proxy's and the cache's sources
-// delegate to it, so proxy_set_header, proxy_cache_key and log_format see the same values.
+// $arg_NAME and $cookie_NAME have one definition (http/variables.cc), and the source without a response (the
+// one proxy_set_header and proxy_cache_key expand against) gives the same values as log_format's.
 TEST(ProxyVariablesTest, ArgAndCookieAreTheSharedOnes) {
   auto conf = load(std::string(kServer) + "location / { proxy_pass http://127.0.0.1:81; } }");
   RequestOnly ex(*conf, "GET /p?a=1&NoCache=yes&flag HTTP/1.1\r\nHost: h\r\nCookie: s=1; Theme = dark \r\n"
@@ -428,11 +429,32 @@ TEST(ProxyVariablesTest, ArgAndCookieAreTheSharedOnes) {
                                              config::SourceLoc{}, nullptr);
   std::string shared, proxied, cached;
   config::expand(t, http::RequestVariables(ex, {}, nullptr), shared);
-  config::expand(t, ProxyVariables(ex, ex.location().module<ProxyLocationConf>()), proxied);
-  config::expand(t, cache::CacheVariables(ex), cached);
+  config::expand(t, http::RequestVariables(ex, nullptr), proxied);
+  config::expand(t, http::RequestVariables(ex, nullptr), cached);
   EXPECT_EQ(shared, "[yes|||dark|2|]");
   EXPECT_EQ(proxied, shared);
   EXPECT_EQ(cached, shared);
+}
+
+// Every registered variable resolves in every template: the proxy's $proxy_host in add_header's or
+// log_format's source (the one with a response), a split_clients variable outside the cache's templates.
+TEST(ProxyVariablesTest, ModuleVariablesResolveInEveryTemplate) {
+  auto conf = load("split_clients $uri $half { 50% a; * b; } " + std::string(kServer) +
+                   "location / { proxy_pass http://127.0.0.1:81; } }");
+  RequestOnly ex(*conf, "GET /p HTTP/1.1\r\nHost: h\r\n\r\n");
+  const config::Template t = config::compile("[$proxy_host|$proxy_port|$half]", config::SourceLoc{}, nullptr);
+  std::string with_response, before_response;
+  config::expand(t, http::RequestVariables(ex, http::RequestVariables::Response{200, 0, 0, 0}, nullptr), with_response);
+  config::expand(t, http::RequestVariables(ex, nullptr), before_response);
+  EXPECT_TRUE(with_response == "[127.0.0.1:81|81|a]" || with_response == "[127.0.0.1:81|81|b]") << with_response;
+  EXPECT_EQ(before_response, with_response);
+  // The response variables exist only once there is a response.
+  const config::Template st = config::compile("[$status]", config::SourceLoc{}, nullptr);
+  std::string a, b;
+  config::expand(st, http::RequestVariables(ex, http::RequestVariables::Response{204, 0, 0, 0}, nullptr), a);
+  config::expand(st, http::RequestVariables(ex, nullptr), b);
+  EXPECT_EQ(a, "[204]");
+  EXPECT_EQ(b, "[]");
 }
 
 // nginx resolves host names when the configuration loads; every address becomes a server.
@@ -548,10 +570,10 @@ TEST(ProxyVariablesTest, UpstreamStateFormats) {
   st.tries[1].length = 5120;
   EXPECT_EQ(expand(config::LogEscape::kNone),
             "127.0.0.1:8001, [::1]:8002|502, 200|0.003, 61.250|-, 0.001|-, 1.042|0, 5120");
-  // Through the proxy's source too (proxy_set_header could use them: they describe earlier tries).
+  // Before a response too (proxy_set_header could use them: they describe earlier tries).
   std::string via_proxy;
   config::expand(config::compile("$upstream_status", config::SourceLoc{}, nullptr),
-                 ProxyVariables(ex, ex.location().module<ProxyLocationConf>()), via_proxy);
+                 http::RequestVariables(ex, nullptr), via_proxy);
   EXPECT_EQ(via_proxy, "502, 200");
 }
 

@@ -10,7 +10,6 @@
 namespace kosoku::cache {
 namespace {
 
-using config::VarId;
 using Kind = PurgeTarget::Kind;
 
 // The request's variables for these cases.
@@ -19,24 +18,24 @@ class Vars final : public config::VariableSource {
   std::string host = "a.example";
   std::string uri = "/p/k1";
   std::string arg_key;
-  bool get(VarId id, std::string_view suffix, std::string& out) const override {
-    switch (id) {
-      case VarId::kScheme: out += "http"; return true;
-      case VarId::kHost: out += host; return true;
-      case VarId::kHttp:
-        if (suffix != "host") return false;
-        out += host;
-        return true;
-      case VarId::kServerName: out += "srv.example"; return true;
-      case VarId::kProxyHost: out += "origin"; return true;
-      case VarId::kRequestUri: out += uri; return true;
-      case VarId::kUri: out += uri; return true;
-      case VarId::kArg:
-        if (suffix != "key") return false;
-        out += arg_key;
-        return true;
-      default: return false;
+  bool get(const config::Variable& v, std::string_view suffix, std::string& out) const override {
+    std::string_view n = v.name;
+    if (n == "scheme") { out += "http"; return true; }
+    if (n == "host") { out += host; return true; }
+    if (n == "http_") {
+      if (suffix != "host") return false;
+      out += host;
+      return true;
     }
+    if (n == "server_name") { out += "srv.example"; return true; }
+    if (n == "proxy_host") { out += "origin"; return true; }
+    if (n == "request_uri" || n == "uri") { out += (n == "uri" ? uri : uri); return true; }
+    if (n == "arg_") {
+      if (suffix != "key") return false;
+      out += arg_key;
+      return true;
+    }
+    return false;
   }
 };
 
