@@ -29,10 +29,11 @@ class HttpServer final : public net::AcceptHandler {
 
   /// Content handler registry (nginx: the content phase handler set by a location directive such as
   /// proxy_pass). The first registered handler whose predicate accepts the location runs; the static handler
-  /// is the fallback. Register before the loop starts.
+  /// is the fallback. Register before the loop starts. `first`: ahead of those registered so far (a module
+  /// that serves some of another module's locations, as the proxy cache does the proxy's).
   using LocationPredicate = bool (*)(const config::LocationConf& loc);
-  void add_content_handler(LocationPredicate applies, ContentHandler* handler) {
-    handlers_.push_back({applies, handler});
+  void add_content_handler(LocationPredicate applies, ContentHandler* handler, bool first = false) {
+    handlers_.insert(first ? handlers_.begin() : handlers_.end(), {applies, handler});
   }
   ContentHandler& content_handler(const config::LocationConf& loc) {
     for (const auto& [applies, h] : handlers_) {
