@@ -85,7 +85,7 @@ void UpstreamFetch::detach() {
   own_record_ = *record_;
   record_ = &own_record_;
   sink_ = &discard_sink;
-  if (phase_ == Phase::kBody) resume();  // a paused upstream goes on now
+  if (phase_ == Phase::kBody && up_paused_) resume();  // a paused upstream goes on now
 }
 
 void UpstreamFetch::hand_over(UpstreamRequest& request, UpstreamSink& sink, http::UpstreamState& record) {

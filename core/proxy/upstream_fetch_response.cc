@@ -136,6 +136,7 @@ void UpstreamFetch::on_response_head() {
   if (resp_.framing == http::ResponseFraming::kChunked) chunked_.emplace(http::ChunkedLimits{});
   sink_->on_upstream_head(resp_);  // the sink may detach: sink_ is then the discarding one
   resp_.release_fields();  // the sink copied what it keeps of the head: no heap storage kept
+  if (phase_ != Phase::kBody || up_ == nullptr) return;  // the sink cancelled it
   if (resp_.framing == http::ResponseFraming::kNone ||
       (resp_.framing == http::ResponseFraming::kContentLength && remaining_ == 0)) {
     if (!up_->stream().input().empty()) extra_ = true;
