@@ -1,7 +1,7 @@
 // The module registry (config/module.hh): every module of the binary, in order, as nginx's generated
 // objs/ngx_modules.c. The order is the order of finalize hooks and of per-core start, and decides which
 // module serves a location when several would (the first whose content predicate accepts it): the rules
-// admin API, proxy_pass, a purge location, the status page, and static files for everything else.
+// admin API, a cached or purge location, proxy_pass, the status page, and static files for everything else.
 #include <array>
 
 #include "core/access/access_conf.hh"
@@ -25,8 +25,8 @@ std::span<Module* const> modules() {
         &http::variables_module(),  // $uri, $host, $http_NAME, $status, $upstream_*, ...
         &access::module(),    // allow, deny (ACCESS phase)
         &rules::module(),
+        &cache::module(),     // before the proxy: it serves the proxy_pass locations with proxy_cache
         &proxy::module(),
-        &cache::module(),
         &network_module(),    // network kernel|dpdk, dpdk { } (checked once the listen addresses are final)
         &stats::status_module(),
         &static_files::module(),

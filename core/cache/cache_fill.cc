@@ -8,7 +8,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/cache/cache_variables.hh"
-#include "core/cache/fetch_observer.hh"
 #include "core/cache/freshness.hh"
 #include "core/http/conditional.hh"
 
@@ -145,7 +144,7 @@ void rewrite_entry(int fd, const EntryMeta& old, EntryMeta fresh, const StoreWri
 
 // ---------------------------------------------------------------- a 304 refreshes an entry
 
-RefreshResult refresh_entry(const http::Exchange& ex, const http::Request& req, const EntryMeta& old, int fd,
+RefreshResult refresh_entry(const CacheLocConf& cc, const http::Request& req, const EntryMeta& old, int fd,
                             std::span<const http::HeaderField> fields304, int64_t request_time,
                             const StoreWriter::Target& t, EntryMeta& served) {
   CachePath& path = *t.path;
@@ -166,7 +165,7 @@ RefreshResult refresh_entry(const http::Exchange& ex, const http::Request& req, 
     in.status = old.status;
     in.fields = merged.headers();
     in.request = &req;
-    in.conf = &ex.location().module<cache::CacheLocConf>();
+    in.conf = &cc;
     in.request_time = request_time;
     in.response_time = t.now_s;
     d = decide_store(in);
@@ -214,7 +213,7 @@ RefreshResult refresh_entry(const http::Exchange& ex, const http::Request& req, 
 BackgroundFill::BackgroundFill(CacheModule& m, http::Exchange& client, CachePath& path, std::string key,
                                const Hash128& locked, const EntryMeta& stale, int stale_fd, bool revalidate)
     : mod_(m), path_(path), key_(std::move(key)), locked_(locked), stale_(stale), stale_fd_(stale_fd) {
-  FetchExchange::Options opts;
+  CacheFetch::Options opts;
   opts.head_to_get = true;
   revalidate_ = revalidate && (!stale_.etag.empty() || stale_.last_modified >= 0);
   if (revalidate_) {
@@ -223,7 +222,8 @@ BackgroundFill::BackgroundFill(CacheModule& m, http::Exchange& client, CachePath
         stale_.last_modified >= 0 ? http::format_http_date(stale_.last_modified, date) : std::string_view();
     opts.extra_fields = revalidation_fields(stale_.etag, lm);
   }
-  fetch_ = std::make_unique<FetchExchange>(client, opts, this, true);
+  no_cache_ = any_predicate(client.location().module<cache::CacheLocConf>().no_cache, client);
+  fetch_ = std::make_unique<CacheFetch>(client, opts, true);
   request_time_ = m.reactor().wall_time();
 }
 
@@ -234,14 +234,14 @@ BackgroundFill::BackgroundFill(CacheModule& m, Adopted a, CachePath& path, std::
     revalidate_ = !a.head_seen;
   }
   holds_lock_ = a.holds_lock;
+  no_cache_ = a.no_cache;
   writer_ = a.writer;
   expected_ = a.expected;
   request_time_ = a.request_time;
   fetch_ = std::move(a.fetch);
-  fetch_->detach_client(this);
-  started_ = true;
-  // The proxy may have stopped reading the origin while the client was slow: it may go on now.
-  if (fetch_->state() != nullptr) fetch_->state()->on_writable();
+  fetch_->hand_over(*this, tries_);
+  // The fetch may have stopped reading the origin while the client was slow: it may go on now.
+  fetch_->upstream().resume();
 }
 
 BackgroundFill::~BackgroundFill() {
@@ -250,21 +250,13 @@ BackgroundFill::~BackgroundFill() {
   if (stale_fd_ >= 0) ::close(stale_fd_);
 }
 
-void BackgroundFill::start() {
-  if (!fetch_->valid()) {
-    finished_ = true;
-    release_lock();
-    return;
-  }
-  started_ = true;
-  mod_.proxy().forward(*fetch_);
-}
+void BackgroundFill::start() { fetch_->start(mod_.proxy(), *this, tries_); }
 
 StoreWriter::Target BackgroundFill::target() const {
   StoreWriter::Target t;
   t.path = &path_;
   t.hub = &mod_.registry()->wake_hub();
-  t.queue = &mod_.queue_for(path_, *fetch_);
+  t.queue = &mod_.queue_for(path_);
   t.aio = fetch_->location().aio;
   t.core = mod_.core();
   t.now_s = mod_.reactor().wall_time();
@@ -273,7 +265,7 @@ StoreWriter::Target BackgroundFill::target() const {
   return t;
 }
 
-void BackgroundFill::on_fetch_response(const http::ParsedResponse& resp) {
+void BackgroundFill::on_upstream_head(const http::ParsedResponse& resp) {
   StoreWriter::Target t = target();
   if (revalidate_ && resp.status == 304) {
     char date[http::kHttpDateLen];
@@ -286,30 +278,30 @@ void BackgroundFill::on_fetch_response(const http::ParsedResponse& resp) {
       const int fd = stale_fd_;
       stale_fd_ = -1;
       holds_lock_ = false;  // refresh_entry takes the lock over
-      refresh_entry(*fetch_, fetch_->fetch_request(), stale_, fd, resp.headers(), request_time_, t, served);
+      refresh_entry(fetch_->location().module<cache::CacheLocConf>(), fetch_->request(), stale_, fd, resp.headers(), request_time_, t,
+                    served);
       return;
     }
   }
   NotStored why;
-  if (any_predicate(fetch_->location().module<cache::CacheLocConf>().no_cache, *fetch_)) return;
-  writer_ = begin_store(*fetch_, fetch_->fetch_request(), path_, key_, hash_key(key_), resp, request_time_, t.now_s,
-                        t, &why);
+  if (no_cache_) return;
+  writer_ = begin_store(fetch_->location().module<CacheLocConf>(), fetch_->request(), path_, key_, hash_key(key_), resp,
+                        request_time_, t.now_s, t, &why);
   if (writer_ != nullptr) holds_lock_ = false;
   expected_ = resp.framing == http::ResponseFraming::kContentLength ? static_cast<int64_t>(resp.content_length) : -1;
 }
 
-void BackgroundFill::on_fetch_data(const char* data, size_t len, bool) {
-  if (writer_ != nullptr) writer_->append(std::string_view(data, len));
+void BackgroundFill::on_upstream_data(const std::string_view* spans, size_t count, bool) {
+  if (writer_ == nullptr) return;
+  for (size_t i = 0; i < count; ++i) writer_->append(spans[i]);
 }
 
-void BackgroundFill::on_fetch_end(bool complete) {
-  if (writer_ == nullptr) return;
-  if (complete) {
+void BackgroundFill::on_upstream_end() {
+  if (writer_ != nullptr) {
     writer_->finish(expected_);
-  } else {
-    writer_->abort();
+    writer_ = nullptr;
   }
-  writer_ = nullptr;
+  end();
 }
 
 void BackgroundFill::end() {
@@ -333,11 +325,10 @@ void BackgroundFill::release_lock() {
 
 // The store decision and, when storable, the writer for an origin response (CacheState and BackgroundFill).
 // `req` is the request that selected the response (Authorization, no-store, the Vary secondary key).
-StoreWriter* begin_store(const http::Exchange& ex, const http::Request& req, CachePath& path,
+StoreWriter* begin_store(const CacheLocConf& cc, const http::Request& req, CachePath& path,
                          const std::string& key, const Hash128& primary, const http::ParsedResponse& resp,
                          int64_t request_time, int64_t now, const StoreWriter::Target& base, NotStored* refusal,
                          StoreWriter::Done done) {
-  const CacheLocConf& cc = ex.location().module<cache::CacheLocConf>();
   *refusal = NotStored::kNo;
   StoreInput in;
   in.status = resp.status;

@@ -13,8 +13,8 @@
 #include "core/cache/cache_loader.hh"
 #include "core/cache/cache_state.hh"
 #include "core/cache/cache_variables.hh"
+#include "core/cache/cache_fetch.hh"
 #include "core/http/variables.hh"
-#include "core/cache/fetch_observer.hh"
 #include "core/cache/freshness.hh"
 #include "core/cache/purge_request.hh"
 #include "core/http/conditional.hh"
@@ -40,11 +40,10 @@ std::string expand_key(const http::Exchange& ex, const CacheLocConf& cc) {
 
 // ---------------------------------------------------------------- CacheModule
 
-CacheModule::CacheModule(http::HttpServer& server, proxy::ProxyModule& proxy, CacheRegistry* reg)
-    : server_(server), proxy_(proxy), reactor_(*server.core().reactor), reg_(reg), core_(reactor_.core_id()) {
+CacheModule::CacheModule(http::HttpServer& server, CacheRegistry* reg)
+    : server_(server), reactor_(*server.core().reactor), reg_(reg), core_(reactor_.core_id()) {
   if (reg_ == nullptr) return;
   counters_ = &reg_->counters(core_);
-  proxy_.set_hooks(this);
   reactor_.add_poller(this);
   reg_->wake_hub().attach(core_, &reactor_);
   const int workers = std::max(1, server.core().conf->worker_processes);
@@ -66,6 +65,10 @@ CacheModule::~CacheModule() {
 
 disk::DiskQueue& CacheModule::queue_for(const CachePath& path, const http::Exchange& ex) const {
   return *ex.core().queue(path.conf().disk_queue);
+}
+
+disk::DiskQueue& CacheModule::queue_for(const CachePath& path) const {
+  return *server_.core().queue(path.conf().disk_queue);
 }
 
 void CacheModule::wait(const Hash128& h, CacheState* s) {
@@ -122,10 +125,10 @@ bool CacheModule::poll() {
   return false;
 }
 
-void CacheModule::retire(std::unique_ptr<FetchExchange> fx) {
+void CacheModule::retire(std::unique_ptr<CacheFetch> fx) {
   if (fx == nullptr) return;
-  fx->detach_sink();
-  retired_.push_back(std::move(fx));
+  fx->detach();
+  retired_.push_back(std::move(fx));  // never destroyed here: the call may come from inside the fetch
 }
 
 void CacheModule::start_background(http::Exchange& ex, CachePath& path, std::string key, const Hash128& locked,
@@ -138,28 +141,28 @@ void CacheModule::start_background(http::Exchange& ex, CachePath& path, std::str
 
 void CacheModule::adopt_fill(std::unique_ptr<BackgroundFill> fill) { fills_.push_back(std::move(fill)); }
 
-std::unique_ptr<proxy::UpstreamObserver> CacheModule::observe(http::Exchange& ex, const http::ParsedResponse&) {
-  if (auto* fx = dynamic_cast<FetchExchange*>(&ex)) return fx->make_observer();
-  return nullptr;
-}
-
 void CacheModule::handle(http::Exchange& ex) {
-  const PurgeConf& pc = ex.location().module<cache::CacheLocConf>().purge;
-  CachePath* path = reg_ != nullptr ? reg_->find(pc.zone) : nullptr;
-  if (path == nullptr || pc.key == nullptr) {
-    ex.respond(500);
+  const PurgeConf& pc = ex.location().module<CacheLocConf>().purge;
+  if (pc.mode == PurgeConf::Mode::kZoneKey) {
+    CachePath* path = reg_ != nullptr ? reg_->find(pc.zone) : nullptr;
+    if (path == nullptr || pc.key == nullptr) {
+      ex.respond(500);
+      return;
+    }
+    start_purge(*this, ex, *path, *pc.key);
     return;
   }
-  start_purge(*this, ex, *path, *pc.key);
+  if (!handle_cached(ex)) proxy().forward(ex);  // not cached: the proxy forwards it as is
 }
 
-bool CacheModule::intercept(http::Exchange& ex) {
+proxy::ProxyModule& CacheModule::proxy() {
+  if (proxy_ == nullptr) proxy_ = static_cast<proxy::ProxyModule*>(server_.module_core(proxy::module()));
+  return *proxy_;
+}
+
+bool CacheModule::handle_cached(http::Exchange& ex) {
   const config::LocationConf& loc = ex.location();
-  const CacheLocConf& cc = loc.module<cache::CacheLocConf>();
-  if (cc.purge.mode == PurgeConf::Mode::kZoneKey) {
-    handle(ex);
-    return true;
-  }
+  const CacheLocConf& cc = loc.module<CacheLocConf>();
   const http::Request& req = ex.request();
   const bool purging = cc.purge.mode == PurgeConf::Mode::kMethod && req.method_text == cc.purge.method;
   if (!cc.enabled && !purging) return false;
@@ -251,7 +254,7 @@ void CacheState::start(CachePath& path, std::string key, bool bypass) {
   revalidating_ = false;
   have_entry_ = false;
   passthrough_ = false;
-  fetch_released_ = false;
+  draining_ = false;
   writer_ = nullptr;
   detach_store_wait();
   finish_deferred_ = false;
@@ -507,7 +510,7 @@ void CacheState::fetch(CacheStatus status, bool revalidate, bool store_allowed) 
   revalidating_ = revalidate;
   store_allowed_ = store_allowed;
   phase_ = Phase::kFetching;
-  FetchExchange::Options opts;
+  CacheFetch::Options opts;
   const CacheLocConf& cc = conf();
   opts.head_to_get = cc.convert_head && ex_.request().method == http::Method::kHead;
   if (revalidate) {
@@ -516,25 +519,15 @@ void CacheState::fetch(CacheStatus status, bool revalidate, bool store_allowed) 
     std::string_view lm = m.last_modified >= 0 ? http::format_http_date(m.last_modified, date) : std::string_view();
     opts.extra_fields = revalidation_fields(m.etag, lm);
   }
-  fetch_ = std::make_unique<FetchExchange>(ex_, opts, this, false);
-  if (!fetch_->valid()) {
-    release_lock();
-    mod_.retire(std::move(fetch_));
-    phase_ = Phase::kDone;
-    ex_.respond(500);
-    return;
-  }
+  fetch_ = std::make_unique<CacheFetch>(ex_, opts, false);
   request_time_ = now_s();
-  mod_.proxy().forward(*fetch_);  // may call back before returning
+  relay_.reset(ex_, ex_.location().module<proxy::ProxyLocationConf>(), this);
+  fetch_->start(mod_.proxy(), *this, ex_.head().upstream);  // may call back before returning
 }
 
-// The fetch's $upstream_* record goes with the client's response (the fetch is its own exchange).
-void CacheState::take_upstream_state() {
-  if (fetch_ != nullptr) ex_.head().upstream = fetch_->head().upstream;
-}
-
+// The cache answers from the entry instead (a 304 revalidation, a stale copy): the fetch reads the rest of the
+// response on its own. Its $upstream_* record so far stays with the client's response.
 void CacheState::takeover() {
-  take_upstream_state();
   passthrough_ = false;
   if (fetch_ != nullptr) mod_.retire(std::move(fetch_));
 }
@@ -556,7 +549,7 @@ CacheFacts CacheState::fetched_facts(FetchOutcome outcome, int status) const {
   return f;
 }
 
-void CacheState::on_fetch_response(const http::ParsedResponse& resp) {
+void CacheState::on_upstream_head(const http::ParsedResponse& resp) {
   if (phase_ != Phase::kFetching) return;
   FetchOutcome outcome = FetchOutcome::kResponse;
   if (revalidating_ && resp.status == 304 && have_entry_) {
@@ -580,70 +573,15 @@ void CacheState::on_fetch_response(const http::ParsedResponse& resp) {
       break;  // kPass
   }
   passthrough_ = true;
-  fetch_->set_passthrough(true);
   expected_length_ =
       resp.framing == http::ResponseFraming::kContentLength ? static_cast<int64_t>(resp.content_length) : -1;
   origin_last_modified_ = stored_last_modified(resp.headers()).value_or(-1);
   start_store(resp);
-}
 
-// Where a fill or rewrite of this request's entry goes; it takes over the lock when this request holds it.
-StoreWriter::Target CacheState::store_target() const {
-  StoreWriter::Target t;
-  t.path = path_;
-  t.hub = &mod_.registry()->wake_hub();
-  t.queue = &mod_.queue_for(*path_, ex_);
-  t.aio = ex_.location().aio;
-  t.core = mod_.core();
-  t.now_s = now_s();
-  t.holds_lock = lock_held_;
-  t.locked = hash_;
-  return t;
-}
-
-void CacheState::start_store(const http::ParsedResponse& resp) {
-  const bool head_fetch = fetch_->fetch_request().method == http::Method::kHead;  // no body to store
-  if (!store_allowed_ || head_fetch || any_predicate(conf().no_cache, ex_)) {
-    release_lock();
-    return;
-  }
-  const StoreWriter::Target t = store_target();
-  NotStored why;
-  detach_store_wait();
-  store_wait_ = std::make_shared<StoreWait>();
-  store_wait_->state = this;
-  writer_ = begin_store(ex_, ex_.request(), *path_, key_, primary_, resp, request_time_, t.now_s, t, &why,
-                        [w = store_wait_](bool) {
-                          if (w->state != nullptr) w->state->on_store_done();
-                        });
-  if (writer_ == nullptr) detach_store_wait();
-  if (writer_ != nullptr) {
-    lock_held_ = false;  // the writer releases it (commit or failure)
-    return;
-  }
-  release_lock();
-  // The origin now says "do not store" (no-store, private, Set-Cookie, ...): forget the old copy.
-  if (have_entry_ && resp.status < 500 && why != NotStored::kStatus) {
-    if (std::optional<EntryView> old = path_->zone().remove(hash_); old && old->exists()) {
-      remove_file_async(*t.queue, t.aio, path_->path_of(hash_));
-    }
-  }
-}
-
-void CacheState::revalidated(const http::ParsedResponse& resp) {
-  takeover();
-  ++mod_.counters().revalidated;
-  const StoreWriter::Target t = store_target();
-  lock_held_ = false;  // refresh_entry takes it over
-  use_entry_meta_ = false;
-  refresh_entry(ex_, ex_.request(), reader_.meta(), ::dup(reader_.fd()), resp.headers(), request_time_, t, served_);
-  serve(CacheStatus::kRevalidated);
-}
-
-void CacheState::on_fetch_head(http::ResponseHead& head) {
-  if (!passthrough_) return;
+  // The client's head: the proxy's own (hidden fields, proxy_redirect), then the client's view of a 200.
   http::ResponseHead& h = ex_.head();
-  h = head;
+  proxy::build_response_head(resp, ex_.location().module<proxy::ProxyLocationConf>(), h);
+  proxy::rewrite_redirects(ex_, ex_.location().module<proxy::ProxyLocationConf>(), h);
   h.cache_status = cache_status_name(status_);
   pass_view_ = PassView::kWhole;
   if (h.status == 200) {
@@ -668,37 +606,111 @@ void CacheState::on_fetch_head(http::ResponseHead& head) {
     // A 304: the fill goes on; the 304 ends with it.
     if (step.outcome == http::ResponseOutcome::kNotModified) pass_view_ = PassView::kNothing;
   }
-  ex_.send_head();
+  relay_.send_head();  // the head's views into `resp` are copied into the client's output here
 }
 
-void CacheState::on_fetch_data(const char* data, size_t len, bool by_ref) {
-  if (writer_ != nullptr) writer_->append(std::string_view(data, len));
-  if (!passthrough_ || pass_view_ == PassView::kNothing) return;
-  if (pass_view_ == PassView::kRanges) {
-    write_view(data, len, by_ref);
+// Where a fill or rewrite of this request's entry goes; it takes over the lock when this request holds it.
+StoreWriter::Target CacheState::store_target() const {
+  StoreWriter::Target t;
+  t.path = path_;
+  t.hub = &mod_.registry()->wake_hub();
+  t.queue = &mod_.queue_for(*path_, ex_);
+  t.aio = ex_.location().aio;
+  t.core = mod_.core();
+  t.now_s = now_s();
+  t.holds_lock = lock_held_;
+  t.locked = hash_;
+  return t;
+}
+
+void CacheState::start_store(const http::ParsedResponse& resp) {
+  if (!store_allowed_ || fetch_->sends_head() || any_predicate(conf().no_cache, ex_)) {  // HEAD: no body to store
+    release_lock();
     return;
   }
-  if (by_ref) {
-    ex_.write_ref(data, len);
-  } else {
-    ex_.write(std::string_view(data, len));
+  const StoreWriter::Target t = store_target();
+  NotStored why;
+  detach_store_wait();
+  store_wait_ = std::make_shared<StoreWait>();
+  store_wait_->state = this;
+  writer_ = begin_store(conf(), ex_.request(), *path_, key_, primary_, resp, request_time_, t.now_s, t, &why,
+                        [w = store_wait_](bool) {
+                          if (w->state != nullptr) w->state->on_store_done();
+                        });
+  if (writer_ == nullptr) detach_store_wait();
+  if (writer_ != nullptr) {
+    lock_held_ = false;  // the writer releases it (commit or failure)
+    return;
+  }
+  release_lock();
+  // The origin now says "do not store" (no-store, private, Set-Cookie, ...): forget the old copy.
+  if (have_entry_ && resp.status < 500 && why != NotStored::kStatus) {
+    if (std::optional<EntryView> old = path_->zone().remove(hash_); old && old->exists()) {
+      remove_file_async(*t.queue, t.aio, path_->path_of(hash_));
+    }
   }
 }
 
-void CacheState::on_fetch_end(bool complete) {
-  if (writer_ == nullptr) return;
-  if (complete) {
+void CacheState::revalidated(const http::ParsedResponse& resp) {
+  takeover();
+  ++mod_.counters().revalidated;
+  const StoreWriter::Target t = store_target();
+  lock_held_ = false;  // refresh_entry takes it over
+  use_entry_meta_ = false;
+  refresh_entry(conf(), ex_.request(), reader_.meta(), ::dup(reader_.fd()), resp.headers(), request_time_, t,
+                served_);
+  serve(CacheStatus::kRevalidated);
+}
+
+// The client's output and the cache's disk both pace the origin: no room while the writer is backlogged (it
+// resumes the fetch once it has caught up).
+size_t CacheState::upstream_room() {
+  const size_t room = passthrough_ ? relay_.room() : SIZE_MAX;
+  if (writer_ != nullptr && fetch_ != nullptr && writer_->backlogged(fetch_->upstream().resumer())) return 0;
+  return room;
+}
+
+void CacheState::on_upstream_data(const std::string_view* spans, size_t count, bool last) {
+  if (writer_ != nullptr) {
+    for (size_t i = 0; i < count; ++i) writer_->append(spans[i]);
+  }
+  if (passthrough_) relay_.deliver(spans, count, last);
+}
+
+void CacheState::write_content(const char* data, size_t len, bool by_ref) {
+  switch (pass_view_) {
+    case PassView::kNothing:
+      return;
+    case PassView::kRanges:
+      write_view(data, len, by_ref);
+      return;
+    case PassView::kWhole:
+      if (by_ref) {
+        ex_.write_ref(data, len);
+      } else {
+        ex_.write(std::string_view(data, len));
+      }
+      return;
+  }
+}
+
+void CacheState::on_upstream_end() {
+  if (writer_ != nullptr) {
     writer_->finish(expected_length_);
-  } else {
-    writer_->abort();  // a response cut off by the origin is never cached
+    writer_ = nullptr;
   }
-  writer_ = nullptr;
+  if (!passthrough_) return;
+  if (!relay_.flush()) {
+    draining_ = true;  // on_writable goes on once the client has taken the relay's bytes
+    return;
+  }
+  pass_done();
 }
 
-void CacheState::on_fetch_finish() {
-  if (!passthrough_) return;
-  take_upstream_state();
-  mod_.retire(std::move(fetch_));
+// The passed-through response is all in the client's stream.
+void CacheState::pass_done() {
+  draining_ = false;
+  if (fetch_ != nullptr) mod_.retire(std::move(fetch_));
   if (store_wait_ != nullptr) {
     finish_deferred_ = true;  // on_store_done() finishes
     return;
@@ -720,7 +732,16 @@ void CacheState::detach_store_wait() {
   store_wait_.reset();
 }
 
-void CacheState::on_fetch_abort() {
+void CacheState::on_upstream_error(int status) {
+  if (status == 0 || passthrough_) {
+    fetch_cut_off();
+    return;
+  }
+  fetch_failed(status);
+}
+
+// The response was cut off after its head (or the request body broke off): never stored, never finished.
+void CacheState::fetch_cut_off() {
   detach_store_wait();
   if (writer_ != nullptr) {
     writer_->abort();
@@ -728,12 +749,13 @@ void CacheState::on_fetch_abort() {
   }
   if (!passthrough_) return;
   phase_ = Phase::kDone;
-  take_upstream_state();
-  mod_.retire(std::move(fetch_));
+  if (fetch_ != nullptr) mod_.retire(std::move(fetch_));
   ex_.abort_response();
 }
 
-void CacheState::on_fetch_error(int status) {
+// The origin gave no usable response (`status`: 502, 504 on a timeout, ...): a stale copy where allowed, else
+// the error.
+void CacheState::fetch_failed(int status) {
   if (writer_ != nullptr) {
     writer_->abort();
     writer_ = nullptr;
@@ -751,11 +773,6 @@ void CacheState::on_fetch_error(int status) {
   ex_.respond(status);
 }
 
-void CacheState::on_fetch_released() {
-  fetch_released_ = true;
-  maybe_release();
-}
-
 // nginx keeps the upstream request of a cacheable response going when the client closes (the fill is not
 // wasted, and lock waiters get the entry): the fetch, its lock and its writer go to a BackgroundFill. Not when
 // nothing would be stored (min_uses, lock timeout, a response already found not storable).
@@ -768,6 +785,7 @@ bool CacheState::continue_fill() {
   a.holds_lock = lock_held_;
   a.writer = writer_;
   a.head_seen = passthrough_;
+  a.no_cache = any_predicate(conf().no_cache, ex_);
   a.expected = expected_length_;
   a.request_time = request_time_;
   if (revalidating_ && have_entry_ && !passthrough_) {
@@ -779,6 +797,7 @@ bool CacheState::continue_fill() {
   lock_held_ = false;
   writer_ = nullptr;
   passthrough_ = false;
+  draining_ = false;
   mod_.adopt_fill(std::make_unique<BackgroundFill>(mod_, std::move(a), *path_, key_, hash_));
   return true;
 }
@@ -802,10 +821,10 @@ void CacheState::on_abort() {
   }
   release_lock();
   streaming_ = false;
-  if (fetch_ != nullptr && !fetch_->done() && fetch_->state() != nullptr) {
-    fetch_->state()->on_abort();  // the proxy closes the upstream and calls release(): on_fetch_released
-    return;
-  }
+  draining_ = false;
+  // The fetch closes the upstream connection; a failure still queued for the loop ends it later
+  // (on_upstream_cancelled).
+  if (fetch_ != nullptr && !fetch_->done() && !fetch_->cancel()) return;
   maybe_release();
 }
 

@@ -1,5 +1,7 @@
-// The proxy cache on one core (nginx's ngx_http_upstream cache path + ngx_http_file_cache): installed on the
-// core's ProxyModule as its ProxyHooks, so every proxy_pass request passes here first.
+// The proxy cache on one core (nginx's ngx_http_upstream cache path + ngx_http_file_cache): the content
+// handler of the proxy_pass locations with proxy_cache or proxy_cache_purge (registered ahead of the proxy's), and
+// of `proxy_cache_purge ZONE KEY` locations. A request it does not cache (method, an empty zone) goes to
+// ProxyModule::forward as it is.
 //
 // Per request with `proxy_cache` on (CacheState, cache_state.hh; each next step is decide_cache()'s, the pure
 // decision of decision.hh, which the steps below follow):
@@ -23,8 +25,8 @@
 //      proxy-revalidate, s-maxage or no-cache responses (§4.2.4).
 // $upstream_cache_status (ResponseHead::cache_status) is set on every cached-location response.
 //
-// The origin is reached through a FetchExchange (fetch_exchange.hh) handed to ProxyModule::forward(), so the
-// proxy's own code (upstreams, retries, timeouts, framing, bounded buffering) does the fetching unchanged.
+// The origin is reached through a CacheFetch (cache_fetch.hh): the proxy's UpstreamFetch (upstreams, retries,
+// timeouts, framing) with the cache as its sink, so nothing impersonates a client.
 #pragma once
 
 #include <memory>
@@ -45,48 +47,48 @@ class CacheState;
 struct EntryMeta;
 class CacheMaintainer;
 class BackgroundFill;
-class FetchExchange;
+class CacheFetch;
 
-class CacheModule final : public proxy::ProxyHooks,
-                          public reactor::Poller,
-                          public http::ContentHandler,
-                          public http::ModuleCore {
+class CacheModule final : public reactor::Poller, public http::ContentHandler, public http::ModuleCore {
  public:
-  /// The cache module's per-core part (cache_module.cc; also the content handler of `proxy_cache_purge ZONE KEY`
-  /// locations). Installs itself on `proxy` as its hooks,
-  /// adds a poller to the loop, attaches the core to the registry's WakeHub and starts the loader/manager of
-  /// the cache paths this core runs (path i on core i % worker_processes). `reg` null: a module that only
-  /// lets every request through (no proxy_cache_path in the configuration).
-  CacheModule(http::HttpServer& server, proxy::ProxyModule& proxy, CacheRegistry* reg);
+  /// The cache module's per-core part (cache_module.cc): the content handler of the locations it serves
+  /// (serves(): before the proxy in the module registry), a poller on the loop; attaches the core to the
+  /// registry's WakeHub and starts the loader/manager of the cache paths this core runs (path i on core
+  /// i % worker_processes). `reg` null: a module that only lets every request through (no proxy_cache_path in
+  /// the configuration).
+  CacheModule(http::HttpServer& server, CacheRegistry* reg);
   ~CacheModule() override;
   CacheModule(const CacheModule&) = delete;
   CacheModule& operator=(const CacheModule&) = delete;
 
-  static bool is_purge_location(const config::LocationConf& loc) {
-    return loc.module<cache::CacheLocConf>().purge.mode == PurgeConf::Mode::kZoneKey && !loc.module<proxy::ProxyLocationConf>().pass;
+  /// The locations whose requests come here: `proxy_cache_purge ZONE KEY` ones, and proxy_pass ones with
+  /// proxy_cache or a method purge.
+  static bool serves(const config::LocationConf& loc) {
+    const CacheLocConf& cache = loc.module<CacheLocConf>();
+    if (cache.purge.mode == PurgeConf::Mode::kZoneKey) return true;
+    return loc.module<proxy::ProxyLocationConf>().pass && (cache.enabled || cache.purge.mode != PurgeConf::Mode::kOff);
   }
 
-  // proxy::ProxyHooks
-  bool intercept(http::Exchange& ex) override;
-  std::unique_ptr<proxy::UpstreamObserver> observe(http::Exchange& ex, const http::ParsedResponse& resp) override;
   // reactor::Poller: lock wake-ups from other cores, retired fetches.
   bool poll() override;
-  // http::ContentHandler: `proxy_cache_purge ZONE KEY` locations.
+  // http::ContentHandler: purges, cached requests; the rest goes to the proxy.
   void handle(http::Exchange& ex) override;
   http::ContentHandler* content_handler() override { return this; }
 
   // ---- for CacheState and friends
-  proxy::ProxyModule& proxy() { return proxy_; }
+  /// The same core's proxy module (found on first use: the proxy's per-core part starts after this one).
+  proxy::ProxyModule& proxy();
   reactor::Reactor& reactor() { return reactor_; }
   CacheRegistry* registry() { return reg_; }
   int core() const { return core_; }
   /// The DiskQueue of `path` on this core.
   disk::DiskQueue& queue_for(const CachePath& path, const http::Exchange& ex) const;
+  disk::DiskQueue& queue_for(const CachePath& path) const;
   /// Waiters for the lock of `h` on this core (woken by poll()).
   void wait(const Hash128& h, CacheState* s);
   void unwait(const Hash128& h, CacheState* s);
-  /// Takes a FetchExchange the cache no longer follows; it is deleted once the proxy is done with it.
-  void retire(std::unique_ptr<FetchExchange> fx);
+  /// Takes a fetch the cache no longer follows; it is deleted once nothing of it is in flight.
+  void retire(std::unique_ptr<CacheFetch> fx);
   /// Starts a background update of an expired entry (proxy_cache_background_update); the fill owns the lock.
   /// `stale`/`stale_fd` (owned; -1: none): the expired entry, revalidated with its validators when `revalidate`
   /// (proxy_cache_revalidate).
@@ -104,14 +106,16 @@ class CacheModule final : public proxy::ProxyHooks,
 
  private:
   void wake_all();
+  /// A request of a proxy_cache location: answered by the cache (true), or not cached (false).
+  bool handle_cached(http::Exchange& ex);
 
   http::HttpServer& server_;
-  proxy::ProxyModule& proxy_;
+  proxy::ProxyModule* proxy_ = nullptr;
   reactor::Reactor& reactor_;
   CacheRegistry* reg_;
   int core_;
   absl::flat_hash_map<Hash128, std::vector<CacheState*>, Hash128Hasher> waiters_;
-  std::vector<std::unique_ptr<FetchExchange>> retired_;
+  std::vector<std::unique_ptr<CacheFetch>> retired_;
   std::vector<std::unique_ptr<BackgroundFill>> fills_;
   std::vector<std::unique_ptr<CacheMaintainer>> maintainers_;
   CacheCounters own_counters_;                 // used when there is no registry

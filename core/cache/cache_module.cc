@@ -1,6 +1,7 @@
 // The cache module's descriptor (config/module.hh): the proxy_cache* directives, the zone checks once the file
-// is read, the content handler of `proxy_cache_purge ZONE KEY` locations, and one CacheModule per core, which
-// hooks itself into the same core's proxy module (it comes after it in the registry).
+// is read, and one CacheModule per core: the content handler of purge locations and of proxy_pass locations
+// with proxy_cache (it comes before the proxy in the registry; what it does not cache it hands to the same
+// core's proxy module).
 #include <memory>
 #include <string>
 
@@ -15,14 +16,9 @@ config::Module& module() {
       .name = "cache",
       .directives = directives(),
       .finalize = &finalize_conf,
-      .content = &CacheModule::is_purge_location,
-      .init_core = [](http::HttpServer& server, std::string* error) -> std::unique_ptr<http::ModuleCore> {
-        auto* proxy = static_cast<proxy::ProxyModule*>(server.module_core(proxy::module()));
-        if (proxy == nullptr) {
-          *error = "the proxy module must come before the cache module";
-          return nullptr;
-        }
-        return std::make_unique<CacheModule>(server, *proxy, registry());
+      .content = &CacheModule::serves,
+      .init_core = [](http::HttpServer& server, std::string*) -> std::unique_ptr<http::ModuleCore> {
+        return std::make_unique<CacheModule>(server, registry());
       },
   };
   return m;

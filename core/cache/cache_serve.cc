@@ -221,8 +221,12 @@ void CacheState::read_done(std::string_view data, int error) {
 }
 
 void CacheState::on_writable() {
-  if (passthrough_ && fetch_ != nullptr && fetch_->state() != nullptr) {
-    fetch_->state()->on_writable();
+  if (draining_) {
+    if (relay_.drained()) pass_done();
+    return;
+  }
+  if (passthrough_ && fetch_ != nullptr) {
+    fetch_->upstream().resume();  // the client took data: the relay has room again
     return;
   }
   if (streaming_) pump();

@@ -5,8 +5,13 @@
 //
 // Re-entrancy (as in proxy_handler.cc): Exchange::finish(), respond() and abort_response() may start the
 // client's next pipelined request at once, which restarts this object or destroys it (another handler takes
-// the slot). Every path calls them last and returns straight up. FetchExchanges are never destroyed
+// the slot). Every path calls them last and returns straight up. Fetches (cache_fetch.hh) are never destroyed
 // synchronously: they are handed to CacheModule::retire().
+//
+// The origin's response comes to this state as the sink of its CacheFetch: a revalidation's 304 or an error the
+// stale entry answers is taken over (the fetch is retired and reads the rest on its own), anything else is passed
+// through to the client (a ClientRelay, with this state as its filter for ranges and 304s) and teed into a
+// StoreWriter when storable.
 #pragma once
 
 #include <memory>
@@ -16,15 +21,18 @@
 
 #include "core/cache/cache_handler.hh"
 #include "core/cache/cache_store.hh"
+#include "core/cache/cache_fetch.hh"
 #include "core/cache/decision.hh"
-#include "core/cache/fetch_exchange.hh"
 #include "core/http/multipart.hh"
 #include "core/http/response_step.hh"
+#include "core/proxy/client_relay.hh"
+#include "core/proxy/upstream_fetch.hh"
 
 namespace kosoku::cache {
 
 class CacheState final : public http::ContentState,
-                         public FetchSink,
+                         public proxy::UpstreamSink,
+                         public proxy::ClientRelay::Filter,
                          public EntryReader::Callback,
                          public reactor::Timer,
                          public reactor::Task {
@@ -51,18 +59,15 @@ class CacheState final : public http::ContentState,
   bool abort_on_peer_close() const override {
     return phase_ == Phase::kOpening || phase_ == Phase::kWaitingLock || phase_ == Phase::kFetching;
   }
-  // FetchSink
-  void on_fetch_response(const http::ParsedResponse& resp) override;
-  void on_fetch_head(http::ResponseHead& head) override;
-  void on_fetch_data(const char* data, size_t len, bool by_ref) override;
-  void on_fetch_end(bool complete) override;
-  void on_fetch_finish() override;
-  void on_fetch_abort() override;
-  void on_fetch_error(int status) override;
-  void on_fetch_released() override;
-  bool fetch_holding(const std::function<void()>& ready) override {
-    return writer_ != nullptr && writer_->backlogged(ready);
-  }
+  // proxy::UpstreamSink
+  void on_upstream_head(const http::ParsedResponse& resp) override;
+  size_t upstream_room() override;
+  void on_upstream_data(const std::string_view* spans, size_t count, bool last) override;
+  void on_upstream_end() override;
+  void on_upstream_error(int status) override;
+  void on_upstream_cancelled() override { maybe_release(); }
+  // proxy::ClientRelay::Filter: what the client gets of a passed-through response
+  void write_content(const char* data, size_t len, bool by_ref) override;
   // EntryReader::Callback
   void on_entry_open(EntryReader& r, int error) override;
   void on_entry_data(EntryReader& r, std::string_view data, int error) override;
@@ -91,8 +96,10 @@ class CacheState final : public http::ContentState,
   StoreWriter::Target store_target() const;
   void release_lock();
   void takeover();
+  void fetch_failed(int status);
+  void fetch_cut_off();
+  void pass_done();
   bool continue_fill();
-  void take_upstream_state();
   void maybe_release();
   int64_t now_s() const;
   uint64_t now_ms() const;
@@ -146,9 +153,10 @@ class CacheState final : public http::ContentState,
   std::string_view hot_body_;            // ... and body (valid during serve(): it completes synchronously)
 
   // The fetch.
-  std::unique_ptr<FetchExchange> fetch_;
+  std::unique_ptr<CacheFetch> fetch_;
+  proxy::ClientRelay relay_;  // a passed-through response on its way to the client
   bool passthrough_ = false;
-  bool fetch_released_ = false;
+  bool draining_ = false;     // the passed-through response was read whole; the relay waits for the client
   StoreWriter* writer_ = nullptr;
   std::shared_ptr<StoreWait> store_wait_;  // the writer's completion, while it is pending
   bool finish_deferred_ = false;           // the fetch finished; ex_.finish() waits for the store

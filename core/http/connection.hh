@@ -82,8 +82,8 @@ class HttpServer final : public net::AcceptHandler {
   CoreContext core_;
   std::vector<std::unique_ptr<ModuleCore>> cores_;  // by Module::index
   std::vector<ContentHandler*> handlers_;           // by Module::index; null: the module serves no location
-  size_t fallback_ = 0;
-  std::vector<PhaseHandler> phase_handlers_[static_cast<size_t>(Phase::kLog) + 1];  // by Phase  // the last module with a content handler (static files): for a conf built by hand
+  size_t fallback_ = 0;  // the last module with a content handler (static files): for a conf built by hand
+  std::vector<PhaseHandler> phase_handlers_[static_cast<size_t>(Phase::kLog) + 1];  // by Phase
   std::vector<std::unique_ptr<HeaderField[]>> free_fields_;
   bool shutting_down_ = false;
 };

@@ -25,6 +25,21 @@ using http::HeaderToken;
 
 bool same_name(std::string_view a, std::string_view b) { return absl::EqualsIgnoreCase(a, b); }
 
+// The client fields a cache fetch never forwards (RequestEdits::drop_conditionals).
+bool cache_answers(HeaderToken t) {
+  switch (t) {
+    case HeaderToken::kIfModifiedSince:
+    case HeaderToken::kIfUnmodifiedSince:
+    case HeaderToken::kIfNoneMatch:
+    case HeaderToken::kIfMatch:
+    case HeaderToken::kRange:
+    case HeaderToken::kIfRange:
+      return true;
+    default:
+      return false;
+  }
+}
+
 }  // namespace
 
 namespace {
@@ -96,10 +111,10 @@ void append_upstream_target(const http::Exchange& ex, const ProxyLocationConf& c
 }
 
 void build_request_head(const http::Exchange& ex, const ProxyLocationConf& conf, BodyFraming framing,
-                        uint64_t content_length, std::string& out) {
+                        uint64_t content_length, std::string& out, const RequestEdits* edits) {
   const http::Request& req = ex.request();
   out.clear();
-  absl::StrAppend(&out, req.method_text, " ");
+  absl::StrAppend(&out, edits != nullptr && !edits->method.empty() ? edits->method : req.method_text, " ");
   append_upstream_target(ex, conf, out);
   absl::StrAppend(&out, conf.http_version_minor == 1 ? " HTTP/1.1\r\n" : " HTTP/1.0\r\n");
 
@@ -130,6 +145,7 @@ void build_request_head(const http::Exchange& ex, const ProxyLocationConf& conf,
     for (const HeaderField& f : fields) {
       if (http::header_token_flags(f.token) & http::kTokenHopByHop) continue;
       if (f.token == HeaderToken::kContentLength || f.token == HeaderToken::kExpect) continue;
+      if (edits != nullptr && edits->drop_conditionals && cache_answers(f.token)) continue;
       bool overridden = false;
       for (const ProxySetHeader& h : conf.headers) {
         if (same_name(h.name, f.name)) {
@@ -141,6 +157,7 @@ void build_request_head(const http::Exchange& ex, const ProxyLocationConf& conf,
       absl::StrAppend(&out, f.name, ": ", f.value, "\r\n");
     }
   }
+  if (edits != nullptr) out.append(edits->extra_fields);
   out.append("\r\n");
 }
 
@@ -282,15 +299,23 @@ uint32_t next_upstream_flag(int status) {
   }
 }
 
-std::string upstream_log_context(const http::Exchange& ex, std::string_view upstream) {
+std::string log_context_before_upstream(const http::Exchange& ex) {
   const http::Request& req = ex.request();
   // The client's target and Host escaped as nginx's access log does (base::log_escaped): a '"' in them
   // cannot forge the fields after it.
   return absl::StrCat(", client: ", ex.remote_addr(), ", server: ",
                       ex.server().server_names.empty() ? std::string_view() : ex.server().server_names[0],
                       ", request: \"", req.method_text, " ", base::log_escaped(req.target), " HTTP/1.",
-                      req.version_minor, "\", upstream: \"", upstream, "\", host: \"", base::log_escaped(ex.host()),
-                      "\"");
+                      req.version_minor, "\"");
+}
+
+std::string log_context_after_upstream(const http::Exchange& ex) {
+  return absl::StrCat(", host: \"", base::log_escaped(ex.host()), "\"");
+}
+
+std::string upstream_log_context(const http::Exchange& ex, std::string_view upstream) {
+  return absl::StrCat(log_context_before_upstream(ex), ", upstream: \"", upstream, "\"",
+                      log_context_after_upstream(ex));
 }
 
 }  // namespace kosoku::proxy

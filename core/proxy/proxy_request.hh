@@ -40,10 +40,19 @@ void append_escaped_uri(std::string_view s, std::string& out);
 /// Appends the upstream request-target for the exchange (rules above).
 void append_upstream_target(const http::Exchange& ex, const ProxyLocationConf& conf, std::string& out);
 
+/// What a fetch for the proxy cache changes in the request it sends (nginx's ngx_http_proxy_cache_headers and
+/// proxy_cache_convert_head; RFC 9111 §4.3.1 for the revalidation fields).
+struct RequestEdits {
+  std::string_view method;        // sent instead of the client's (GET for a HEAD with proxy_cache_convert_head)
+  bool drop_conditionals = false; // If-Modified-Since, If-Unmodified-Since, If-None-Match, If-Match, Range and
+                                  // If-Range of the client are not sent: the cache answers them itself
+  std::string_view extra_fields;  // "Name: value\r\n" lines added after the client's (revalidation)
+};
+
 /// Builds the whole request head (request line, fields, final CRLF) into `out` (replaced).
-/// `content_length` is used with BodyFraming::kLength.
+/// `content_length` is used with BodyFraming::kLength; `edits` (may be null) are the cache's changes.
 void build_request_head(const http::Exchange& ex, const ProxyLocationConf& conf, BodyFraming framing,
-                        uint64_t content_length, std::string& out);
+                        uint64_t content_length, std::string& out, const RequestEdits* edits = nullptr);
 
 /// Fills `head` (status, content type, length, ETag, Location, extra fields) from the upstream response.
 /// Views in `head` point into `resp`'s buffer, which must outlive the response's send_head().
@@ -69,5 +78,9 @@ uint32_t next_upstream_flag(int status);
 /// The context nginx appends to a proxy's error-log line: ", client: ADDR, server: NAME, request: "LINE",
 /// upstream: "UPSTREAM", host: "HOST"" (`upstream`: "http://ADDR:PORT" of the server tried, or proxy_pass's URL).
 std::string upstream_log_context(const http::Exchange& ex, std::string_view upstream);
+/// The same context in two parts, for a request that outlives its exchange: before ("..., request: \"LINE\"")
+/// and after (", host: \"HOST\"") the upstream; upstream_log_context() is before + ", upstream: \"U\"" + after.
+std::string log_context_before_upstream(const http::Exchange& ex);
+std::string log_context_after_upstream(const http::Exchange& ex);
 
 }  // namespace kosoku::proxy

@@ -224,6 +224,10 @@ def cache_config(port: int, origin_port: int, w: Path) -> str:
             proxy_pass http://origin;
             proxy_ignore_headers Set-Cookie;
         }}
+        location /norh/ {{
+            proxy_pass http://origin;
+            proxy_pass_request_headers off;
+        }}
         location /purge/ {{
             allow 127.0.0.1;
             deny all;
@@ -404,6 +408,24 @@ def test_max_age_zero_with_validator_revalidates_every_time(env):
         assert (r.body, status(r)) == (b"zero body", "REVALIDATED")
     assert env.origin.count(p) == 4
     assert all(req.header("If-None-Match") == '"z"' for req in env.origin.log[p][1:])
+
+
+def test_revalidation_validators_sent_without_the_clients_fields(env):
+    # proxy_pass_request_headers off drops the client's fields, not the cache's own: the revalidation still
+    # carries the stored validator (RFC 9111 §4.3.1) and a 304 refreshes the entry.
+    p = "/norh" + prefix()
+
+    def handler(req: OriginRequest, n: int) -> Reply:
+        if req.header("If-None-Match") == '"n"':
+            return Reply(304, [("ETag", '"n"'), ("Cache-Control", "max-age=0")])
+        return Reply(200, [("ETag", '"n"'), ("Cache-Control", "max-age=0")], b"norh body")
+
+    env.origin.route(p, handler)
+    assert status(get(env.port, p)) == "MISS"
+    r = get(env.port, p, headers=[("X-Client", "1")])
+    assert (r.body, status(r)) == (b"norh body", "REVALIDATED")
+    assert env.origin.log[p][1].header("If-None-Match") == '"n"'
+    assert env.origin.log[p][1].header("X-Client") is None  # the client's own fields stay off
 
 
 def test_response_cut_off_by_origin_is_never_cached(env):

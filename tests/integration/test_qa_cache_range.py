@@ -7,7 +7,7 @@ for the disk ("the disk is slower than the origin") instead of holding the origi
 and the next request fetched the whole body again (measured before the fix on this 2-vCPU host: a Range MISS
 (bytes=-100) of a 32 or 64 MiB body 10/10 follow-ups went to the origin; whole 16-32 MiB bodies 0-8/10; nginx
 0/10). Now the writer reports back-pressure above 2 MiB (StoreWriter::backlogged) and the proxy stops reading the
-upstream until the disk has caught up (proxy_handler.hh UpstreamObserver::holding). The Range MISS of 32 MiB,
+upstream until the disk has caught up (upstream_fetch.hh UpstreamSink::upstream_room). The Range MISS of 32 MiB,
 where the client takes only 100 bytes, is the deterministic case tested here.
 
 The real server binary (one worker) in front of test_cache.py's scripted origin, which counts requests per

@@ -157,6 +157,52 @@ TEST(ProxyRequest, NeverBothFramings) {
   EXPECT_EQ(none.find("Content-Length"), std::string::npos);
 }
 
+TEST(ProxyRequest, CacheEditsDropConditionalsConvertHeadAndAddValidators) {
+  // The cache's request to the origin (RequestEdits): the client's If-*/Range are never sent (the cache answers
+  // them), HEAD goes as GET (proxy_cache_convert_head), the stored validators are added.
+  auto conf = load(std::string(kServer) + "location / { proxy_pass http://127.0.0.1:8081; } }");
+  RequestOnly ex(*conf,
+                 "HEAD /p?q=1 HTTP/1.1\r\nHost: a.example\r\nIf-None-Match: \"c\"\r\nRange: bytes=0-1\r\n"
+                 "If-Range: \"c\"\r\nIf-Modified-Since: Thu, 01 Jan 2015 00:00:00 GMT\r\nIf-Match: *\r\n"
+                 "If-Unmodified-Since: Thu, 01 Jan 2015 00:00:00 GMT\r\nAccept: */*\r\n\r\n");
+  RequestEdits edits;
+  edits.method = "GET";
+  edits.drop_conditionals = true;
+  edits.extra_fields = "If-None-Match: \"s\"\r\n";
+  std::string out;
+  build_request_head(ex, ex.location().module<proxy::ProxyLocationConf>(), BodyFraming::kNone, 0, out, &edits);
+  EXPECT_EQ(out,
+            "GET /p?q=1 HTTP/1.0\r\n"
+            "Host: 127.0.0.1:8081\r\n"
+            "Connection: close\r\n"
+            "Accept: */*\r\n"
+            "If-None-Match: \"s\"\r\n"
+            "\r\n");
+  // Without edits the same request goes as it came (the proxy's own path).
+  build_request_head(ex, ex.location().module<proxy::ProxyLocationConf>(), BodyFraming::kNone, 0, out);
+  EXPECT_EQ(first_line(out), "HEAD /p?q=1 HTTP/1.0");
+  EXPECT_NE(out.find("If-None-Match: \"c\"\r\n"), std::string::npos);
+  EXPECT_NE(out.find("Range: bytes=0-1\r\n"), std::string::npos);
+  // The validators are sent even when the client's fields are not (proxy_pass_request_headers off).
+  auto off = load(std::string(kServer) +
+                  "location / { proxy_pass http://127.0.0.1:8081; proxy_pass_request_headers off; } }");
+  RequestOnly ex2(*off, "GET / HTTP/1.1\r\nHost: a.example\r\nIf-None-Match: \"c\"\r\n\r\n");
+  build_request_head(ex2, ex2.location().module<proxy::ProxyLocationConf>(), BodyFraming::kNone, 0, out, &edits);
+  EXPECT_EQ(out, "GET / HTTP/1.0\r\nHost: 127.0.0.1:8081\r\nConnection: close\r\nIf-None-Match: \"s\"\r\n\r\n");
+}
+
+TEST(ProxyRequest, LogContextInTwoPartsIsTheWhole) {
+  // A fetch that outlives its client (the cache's) keeps the two parts; they make the same line.
+  auto conf = load(std::string(kServer) + "server_name s.example; location / { proxy_pass http://127.0.0.1:8081; } }");
+  RequestOnly ex(*conf, "GET /a\"b HTTP/1.1\r\nHost: h.example\r\n\r\n");
+  const std::string whole = upstream_log_context(ex, "http://127.0.0.1:8081");
+  EXPECT_EQ(whole, log_context_before_upstream(ex) + ", upstream: \"http://127.0.0.1:8081\"" +
+                       log_context_after_upstream(ex));
+  EXPECT_EQ(whole,
+            ", client: 192.0.2.10, server: s.example, request: \"GET /a\\x22b HTTP/1.1\", upstream: "
+            "\"http://127.0.0.1:8081\", host: \"h.example\"");
+}
+
 TEST(ProxyRequest, SetHeadersVariablesAndRemoval) {
   auto conf = load(std::string(kServer) +
                    "location / { proxy_pass http://backend; "

@@ -1,20 +1,37 @@
-// ProxyState's response side: the head (checked, 1xx skipped, retries), the content streamed to the client,
-// the end of the exchange, and what the upstream connection reports (errors, timeouts). See proxy_state.hh.
+// UpstreamFetch's response side (upstream_fetch.hh): the head (checked, 1xx skipped, retries), the content
+// decoded and handed to the sink within its room, the end, and what the upstream connection reports (errors,
+// timeouts).
 #include <cerrno>
 #include <cstring>
-#include <optional>
 #include <span>
 
 #include "core/base/log.hh"
-#include "core/http/chunked.hh"
-#include "core/proxy/proxy_request.hh"
-#include "core/proxy/proxy_state.hh"
+#include "core/proxy/upstream_fetch.hh"
 
 namespace kosoku::proxy {
 
-// ---- response ----
+namespace {
 
-void ProxyState::on_upstream_readable() {
+// http::parse_response_head's reason for a head longer than ResponseLimits::max_head (proxy_buffer_size).
+constexpr std::string_view kTooBigHeader = "upstream sent too big header";
+
+}  // namespace
+
+void UpstreamFetch::resume() {
+  if (phase_ == Phase::kBody && up_ != nullptr && deferred_status_ == 0) pump();
+}
+
+const std::function<void()>& UpstreamFetch::resumer() {
+  if (alive_ == nullptr) {
+    alive_ = std::make_shared<UpstreamFetch*>(this);
+    resumer_ = [alive = std::weak_ptr<UpstreamFetch*>(alive_)] {
+      if (std::shared_ptr<UpstreamFetch*> p = alive.lock()) (*p)->resume();
+    };
+  }
+  return resumer_;
+}
+
+void UpstreamFetch::on_upstream_readable() {
   if (deferred_status_ != 0 || up_ == nullptr) return;
   if (!up_->stream().input().empty()) got_bytes_ = true;
   if (phase_ == Phase::kWaitingHead) {
@@ -24,7 +41,7 @@ void ProxyState::on_upstream_readable() {
   }
 }
 
-void ProxyState::on_upstream_eof() {
+void UpstreamFetch::on_upstream_eof() {
   if (deferred_status_ != 0 || up_ == nullptr) return;
   upstream_eof_ = true;
   if (phase_ == Phase::kWaitingHead) {
@@ -34,7 +51,7 @@ void ProxyState::on_upstream_eof() {
   }
 }
 
-void ProxyState::read_head() {
+void UpstreamFetch::read_head() {
   net::Stream& s = up_->stream();
   http::ResponseLimits lim;
   lim.max_head = conf_->buffer_size;
@@ -104,7 +121,7 @@ void ProxyState::read_head() {
   arm_upstream_timer();
 }
 
-void ProxyState::on_response_head() {
+void UpstreamFetch::on_response_head() {
   if (http::UpstreamTry* t = current_try()) {
     t->status = resp_.status;
     t->header_ms = try_elapsed(*t);
@@ -114,26 +131,12 @@ void ProxyState::on_response_head() {
     retry(ft, resp_.status == 403 || resp_.status == 404 ? PeerResult::kNext : PeerResult::kFailed);
     return;
   }
-  build_response_head(resp_, *conf_, ex_.head());
-  rewrite_redirects(ex_, *conf_, ex_.head());
-  if (ProxyHooks* hooks = mod_.hooks()) {
-    observer_ = hooks->observe(ex_, resp_);
-    if (observer_ != nullptr) {
-      alive_ = std::make_shared<ProxyState*>(this);
-      observer_ready_ = [alive = std::weak_ptr<ProxyState*>(alive_)] {
-        if (std::shared_ptr<ProxyState*> p = alive.lock()) (*p)->on_writable();  // pumps again in kBody
-      };
-      observer_->on_head(resp_);
-    }
-  }
   phase_ = Phase::kBody;
   remaining_ = resp_.framing == http::ResponseFraming::kContentLength ? resp_.content_length : 0;
   if (resp_.framing == http::ResponseFraming::kChunked) chunked_.emplace(http::ChunkedLimits{});
-  const size_t before = ex_.pending_output();
-  ex_.send_head();
-  queued(before);
-  head_sent_ = true;
-  resp_.release_fields();  // the head's lines were copied into the client's response: no heap storage kept
+  sink_->on_upstream_head(resp_);  // the sink may detach: sink_ is then the discarding one
+  resp_.release_fields();  // the sink copied what it keeps of the head: no heap storage kept
+  if (phase_ != Phase::kBody || up_ == nullptr) return;  // the sink cancelled it
   if (resp_.framing == http::ResponseFraming::kNone ||
       (resp_.framing == http::ResponseFraming::kContentLength && remaining_ == 0)) {
     if (!up_->stream().input().empty()) extra_ = true;
@@ -143,23 +146,21 @@ void ProxyState::on_response_head() {
   pump();
 }
 
-// Moves response content from the upstream to the client until the upstream has nothing more or the ring is
-// full (then the upstream is not read until the client has taken data: on_writable).
-void ProxyState::pump() {
+// Moves response content from the upstream to the sink until the upstream has nothing more or the sink has no
+// room (then the upstream is not read until resume()).
+void UpstreamFetch::pump() {
   net::Stream& s = up_->stream();
   for (;;) {
-    ring_.release(sent());
-    hand_to_client(false);
+    const size_t space = sink_->upstream_room();
     std::span<const char> in = s.input();
     if (in.empty()) {
-      if (ring_.staged() > 0) ex_.set_low_water(ring_.busy() / 2);  // staged bytes wait for the client
       if (upstream_eof_) {
         if (resp_.framing == http::ResponseFraming::kClose) {
           complete();
           return;
         }
         KOSOKU_LOG(kError, "upstream prematurely closed connection while reading upstream%s", context());
-        abort_client();
+        cut_off();
         return;
       }
       if (up_paused_) {
@@ -169,15 +170,12 @@ void ProxyState::pump() {
       up_->arm_timer(conf_->read_timeout_ms);
       return;
     }
-    const size_t space = ring_.free();
-    const bool held = observer_ != nullptr && observer_->holding(observer_ready_);  // the cache's disk is behind
-    if (space == 0 || held) {
+    if (space == 0) {
       if (!up_paused_) {
         up_paused_ = true;
         s.pause_reading();
       }
-      up_->arm_timer(0);  // waiting for the client (send_timeout runs on that side)
-      ex_.set_low_water(ring_.busy() / 2);
+      up_->arm_timer(0);  // waiting for the sink (the client's send_timeout, or the cache's disk)
       return;
     }
     switch (resp_.framing) {
@@ -187,7 +185,7 @@ void ProxyState::pump() {
         if (n > space) n = space;
         const std::string_view data(in.data(), n);
         const bool last = n == remaining_;
-        deliver(&data, 1, last);
+        sink_->on_upstream_data(&data, 1, last);
         s.consume(n);
         count_received(n);
         remaining_ -= n;
@@ -210,7 +208,7 @@ void ProxyState::pump() {
           if (step.status == http::ChunkedStatus::kError) {
             KOSOKU_LOG(kError, "upstream sent invalid chunked response (%s) while reading upstream%s", step.reason,
                        context());
-            abort_client();
+            cut_off();
             return;
           }
           if (step.status == http::ChunkedStatus::kData) spans[count++] = step.data;
@@ -220,7 +218,7 @@ void ProxyState::pump() {
           }
           if (step.status == http::ChunkedStatus::kNeedMore) break;
         }
-        deliver(spans, count, done);
+        sink_->on_upstream_data(spans, count, done);
         s.consume(used);
         count_received(used);
         if (done) {
@@ -232,7 +230,7 @@ void ProxyState::pump() {
       }
       case http::ResponseFraming::kClose: {
         const std::string_view data(in.data(), in.size() < space ? in.size() : space);
-        deliver(&data, 1, false);
+        sink_->on_upstream_data(&data, 1, false);
         s.consume(data.size());
         count_received(data.size());
         break;
@@ -244,64 +242,27 @@ void ProxyState::pump() {
   }
 }
 
-// Hands decoded content to the observer and the client. The last piece of a response with nothing else in
-// flight is copied into the client stream (finish() flushes it); everything else goes through the ring by
-// reference, at most busy_limit_ bytes in flight to the client until the response has been read whole. The
-// total never exceeds ring_.free().
-void ProxyState::deliver(const std::string_view* spans, size_t count, bool last) {
-  if (observer_ != nullptr) {
-    for (size_t i = 0; i < count; ++i) observer_->on_data(spans[i]);
-  }
-  if (last && ring_.idle()) {
-    for (size_t i = 0; i < count; ++i) write_client(spans[i]);
-    return;
-  }
-  for (size_t i = 0; i < count; ++i) ring_.append(spans[i]);
-  hand_to_client(last);
-}
-
-void ProxyState::complete() {
+void UpstreamFetch::complete() {
   end_try(0);
-  phase_ = Phase::kDraining;
-  if (observer_ != nullptr) {
-    observer_->on_end(true);
-    observer_.reset();
-  }
   const bool keep = resp_.reusable() && !extra_ && !upstream_eof_ && request_complete() &&
                     up_->stream().pending_output() == 0;
   up_->release(keep);
   up_ = nullptr;
-  group_->balancer().done(attempt_, PeerResult::kOk, mod_.reactor().now_ms());
-  hand_to_client(true);  // a close-delimited response ends here: whatever is staged goes out
-  ring_.release(sent());
-  if (!ring_.idle()) {
-    // The ring's bytes are still referenced by the client stream: finish once they are sent, so that the
-    // next request (which may reuse or replace this state) never overwrites bytes in flight.
-    ex_.set_low_water(0);
-    return;
-  }
+  group_->balancer().done(attempt_, PeerResult::kOk, group_->reactor().now_ms());
   phase_ = Phase::kDone;
-  ex_.finish();
+  sink_->on_upstream_end();
 }
 
-void ProxyState::abort_client() {
+// The content was cut off after the head (the sink must abort its response).
+void UpstreamFetch::cut_off() {
   end_try(502);
-  phase_ = Phase::kDone;
-  if (observer_ != nullptr) {
-    observer_->on_end(false);
-    observer_.reset();
-  }
-  if (up_ != nullptr) {
-    up_->close();
-    up_ = nullptr;
-  }
-  group_->balancer().done(attempt_, PeerResult::kNext, mod_.reactor().now_ms());
-  ex_.abort_response();
+  close_upstream(PeerResult::kNext);
+  fail(502);
 }
 
 // ---- upstream failures ----
 
-void ProxyState::on_upstream_error(int error) {
+void UpstreamFetch::on_upstream_error(int error) {
   up_ = nullptr;  // gone
   if (deferred_status_ != 0) return;
   const char* what = error != 0 ? std::strerror(error) : "connection closed";
@@ -323,14 +284,14 @@ void ProxyState::on_upstream_error(int error) {
     }
     case Phase::kBody:
       KOSOKU_LOG(kError, "upstream connection failed (%d: %s) while reading upstream%s", error, what, context());
-      abort_client();
+      cut_off();
       return;
     default:
       return;
   }
 }
 
-void ProxyState::on_upstream_timer() {
+void UpstreamFetch::on_upstream_timer() {
   if (deferred_status_ != 0 || up_ == nullptr) return;
   switch (phase_) {
     case Phase::kConnecting:
@@ -348,7 +309,7 @@ void ProxyState::on_upstream_timer() {
     }
     case Phase::kBody:
       KOSOKU_LOG(kError, "upstream timed out (110: Connection timed out) while reading upstream%s", context());
-      abort_client();
+      cut_off();
       return;
     default:
       return;
