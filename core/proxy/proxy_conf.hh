@@ -148,6 +148,9 @@ struct ProxyLocationConf {
   uint64_t send_timeout_ms = 60000;         // `proxy_send_timeout`
   bool buffering = true;                    // `proxy_buffering`
   bool socket_keepalive = false;            // `proxy_socket_keepalive` (SO_KEEPALIVE on upstream connections)
+  // `proxy_ignore_client_abort on|off`: off (nginx's default) abandons the upstream request when the client
+  // closes its side before the response is complete; on lets it finish and still sends the response.
+  bool ignore_client_abort = false;
   // Response buffers, per request (nginx's ngx_http_proxy_module; kosoku has no temp files, so these bound
   // the memory a proxied response uses and a full set stops reading the upstream until the client catches up):
   //  - `proxy_buffer_size SIZE` (default 4k, one page): the upstream's response head must fit in it, else 502

@@ -34,8 +34,10 @@ class ProxyState final : public http::ContentState, public UpstreamRequest, publ
   // ContentState
   void on_abort() override;
   void on_writable() override;
-  /// A client gone while the upstream works abandons the request (nginx, proxy_ignore_client_abort off).
-  bool abort_on_peer_close() const override { return phase_ != Phase::kDraining && phase_ != Phase::kDone; }
+  /// A client gone while the upstream works abandons the request, unless proxy_ignore_client_abort is on.
+  bool abort_on_peer_close() const override {
+    return !(conf_ != nullptr && conf_->ignore_client_abort) && phase_ != Phase::kDraining && phase_ != Phase::kDone;
+  }
   // UpstreamRequest
   void build_head(BodyFraming framing, uint64_t content_length, std::string& out) override {
     build_request_head(ex_, *conf_, framing, content_length, out);
