@@ -4,8 +4,8 @@
 // core/ (the DPDK one, kernel-bypass/dpdk/backend.hh, linked only into the kosoku executable) is one object
 // main() creates once and adds, so core/ names no DPDK symbol and links without DPDK.
 //
-// Lifetime: every Backend added outlives the workers (main() stops them first). make() runs on the worker's own
-// thread, after its Reactor exists; the factory itself is read-only by then (any thread may call make()).
+// Lifetime: every Backend added outlives the workers (main() stops them first). Each worker calls make() on its
+// own thread, after its Reactor exists; the factory is not changed once the workers start, so no lock is taken.
 #pragma once
 
 #include <array>
