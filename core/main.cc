@@ -26,6 +26,7 @@
 #include "core/config/loader.hh"
 #include "core/disk/disk_queue.hh"
 #include "core/net/kernel_stack.hh"
+#include "core/net/stack_factory.hh"
 #include "core/rules/rules_conf.hh"
 #include "core/rules/store.hh"
 #include "core/worker.hh"
@@ -240,19 +241,26 @@ int main(int argc, char** argv) {
     kosoku::cache::set_registry(caches.get());
     kosoku::cache::register_stats(caches.get());  // the `proxy_cache` section of status and the console
   }
-  // `network dpdk` (kernel-bypass/dpdk/backend.hh): EAL and the port, once, before the workers.
+  // The workers' network stacks (core/net/stack_factory.hh): the kernel-socket backend, and with `network dpdk`
+  // the DPDK backend (kernel-bypass/dpdk/backend.hh: EAL and the port, once, before the workers), which
+  // outlives them.
+  kosoku::net::StackFactory stacks;
+  std::unique_ptr<kosoku::dpdk::DpdkBackend> dpdk_backend;
   if (dpdk) {
     std::string err, note;
-    if (kosoku::dpdk::start_backend(conf, &err, &note) < 0) {
+    dpdk_backend = kosoku::dpdk::DpdkBackend::start(conf, &err, &note);
+    if (dpdk_backend == nullptr) {
       if (pid1) appliance::fatal(err);
       std::fprintf(stderr, "kosoku: [emerg] network dpdk: %s\n", err.c_str());
       KOSOKU_LOG(kEmerg, "network dpdk: %s", err);
       return 1;
     }
     KOSOKU_LOG(kNotice, "network dpdk: %s", note);
+    stacks.add(kosoku::config::NetworkBackend::kDpdk, dpdk_backend.get());
     // The port's counters (rte_eth_stats, queues) next to the per-core ones in `status` and the console.
-    kosoku::stats::register_extra_source(
-        [](kosoku::stats::Snapshot& s) { s.extra.push_back(kosoku::dpdk::backend_stats_section()); });
+    kosoku::stats::register_extra_source([backend = dpdk_backend.get()](kosoku::stats::Snapshot& s) {
+      s.extra.push_back(backend->stats_section());
+    });
   }
 
   std::vector<std::unique_ptr<kosoku::Worker>> workers;
@@ -264,7 +272,7 @@ int main(int argc, char** argv) {
     } else if (!cpus.empty()) {
       cpu = cpus[static_cast<size_t>(i) % cpus.size()];
     }
-    workers.push_back(std::make_unique<kosoku::Worker>(i, cpu, conf, prefix, &all_stats));
+    workers.push_back(std::make_unique<kosoku::Worker>(i, cpu, conf, stacks, prefix, &all_stats));
     all_stats.push_back(&workers.back()->stats());
   }
   for (auto& w : workers) {
@@ -312,7 +320,7 @@ int main(int argc, char** argv) {
   }
   for (auto& w : workers) w->request_stop(pid1 ? 2000 : kDrainMs);
   for (auto& w : workers) w->join();
-  if (dpdk) kosoku::dpdk::stop_backend();
+  if (dpdk_backend != nullptr) dpdk_backend->stop();  // the object stays: the stats source above points to it
   KOSOKU_LOG(kNotice, "exit");
   if (pid1) {
     console.stop();

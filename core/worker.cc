@@ -15,7 +15,6 @@
 #include "core/disk/open_file_cache.hh"
 #include "core/http/access_logger.hh"
 #include "core/http/connection.hh"
-#include "core/net/kernel_stack.hh"
 #include "core/net/shared_buffer.hh"
 #include "core/net/stack_factory.hh"
 #include "core/reactor/reactor.hh"
@@ -67,20 +66,6 @@ class Housekeeping final : public reactor::Poller, public reactor::Timer {
   uint64_t deadline_ = 0;
 };
 
-// The core's network stack (`network kernel|dpdk`, config/network_conf.hh): io_uring sockets, or the DPDK
-// backend's own TCP/IP stack through the factory main() installed (core/net/stack_factory.hh).
-std::unique_ptr<net::Stack> make_stack(reactor::Reactor& reactor, stats::CoreStats& stats,
-                                       const config::MainConf& conf, int core, std::string* err) {
-  if (conf.network.backend != config::NetworkBackend::kDpdk) {
-    return std::make_unique<net::KernelStack>(reactor, stats, conf.worker_connections);
-  }
-  if (net::dpdk_stack_factory() == nullptr) {
-    *err = "network dpdk: the DPDK backend was not started (no factory installed)";
-    return nullptr;
-  }
-  return net::dpdk_stack_factory()(reactor, stats, conf, core, err);
-}
-
 struct Queues {
   absl::flat_hash_map<std::string, std::unique_ptr<disk::DiskQueue>> by_name;
   static disk::DiskQueue* find(void* self, std::string_view name) {
@@ -92,9 +77,9 @@ struct Queues {
 
 }  // namespace
 
-Worker::Worker(int core, int cpu, const config::MainConf& conf, std::string prefix,
+Worker::Worker(int core, int cpu, const config::MainConf& conf, const net::StackFactory& stacks, std::string prefix,
                const std::vector<const stats::CoreStats*>* all_stats)
-    : core_(core), cpu_(cpu), conf_(conf), prefix_(std::move(prefix)), all_stats_(all_stats) {
+    : core_(core), cpu_(cpu), conf_(conf), stacks_(stacks), prefix_(std::move(prefix)), all_stats_(all_stats) {
   stats_.core = core;
   stats_.disk.resize(conf.disk_queues.size());
   for (size_t i = 0; i < conf.disk_queues.size(); ++i) stats_.disk[i].name = conf.disk_queues[i].name;
@@ -153,7 +138,8 @@ void Worker::run() {
     ctx.find_queue = &Queues::find;
     ctx.queue_owner = &queues;
     ctx.all_stats = all_stats_;
-    std::unique_ptr<net::Stack> stack_owner = make_stack(reactor, stats_, conf_, core_, &error_);
+    // The core's network stack, from the backend `network kernel|dpdk` names (core/net/stack_factory.hh).
+    std::unique_ptr<net::Stack> stack_owner = stacks_.make(reactor, stats_, conf_, core_, &error_);
     if (stack_owner == nullptr) {
       state_.store(-ENODEV);
       return;

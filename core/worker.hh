@@ -13,10 +13,15 @@
 
 namespace kosoku {
 
+namespace net {
+class StackFactory;
+}
+
 class Worker {
  public:
-  /// core: 0..N-1; cpu: the CPU to pin to (-1: no pinning). `all_stats` lists every worker's counters.
-  Worker(int core, int cpu, const config::MainConf& conf, std::string prefix,
+  /// core: 0..N-1; cpu: the CPU to pin to (-1: no pinning). `stacks` builds the worker's network stack (it
+  /// outlives the worker). `all_stats` lists every worker's counters.
+  Worker(int core, int cpu, const config::MainConf& conf, const net::StackFactory& stacks, std::string prefix,
          const std::vector<const stats::CoreStats*>* all_stats);
   ~Worker();
 
@@ -35,6 +40,7 @@ class Worker {
   int core_;
   int cpu_;
   const config::MainConf& conf_;
+  const net::StackFactory& stacks_;
   std::string prefix_;
   const std::vector<const stats::CoreStats*>* all_stats_;
   stats::CoreStats stats_;

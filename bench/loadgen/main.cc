@@ -36,7 +36,6 @@
 #include "absl/strings/str_split.h"
 #include "bench/loadgen/load_client.hh"
 #include "core/config/conf.hh"
-#include "core/net/stack_factory.hh"
 #include "core/reactor/reactor.hh"
 #include "core/stats/counters.hh"
 #include "kernel-bypass/dpdk/backend.hh"
@@ -227,7 +226,8 @@ int main(int argc, char** argv) {
   conf.network.dpdk.gateway = a.gateway;
 
   std::string err;
-  if (kosoku::dpdk::start_backend(conf, &err) < 0) {
+  std::unique_ptr<kosoku::dpdk::DpdkBackend> backend = kosoku::dpdk::DpdkBackend::start(conf, &err);
+  if (backend == nullptr) {
     std::fprintf(stderr, "kosoku-loadgen: %s\n", err.c_str());
     return 2;
   }
@@ -243,16 +243,16 @@ int main(int argc, char** argv) {
     if (!wait_link_up(port, a.link_timeout_s)) {
       std::fprintf(stderr, "kosoku-loadgen: port %u link still down after %.1f s (is the server side up?)\n", port,
                    a.link_timeout_s);
-      kosoku::dpdk::stop_backend();
+      backend->stop();
       return 2;
     }
     kosoku::reactor::Reactor reactor(0, 8);
     kosoku::stats::CoreStats stats;
-    std::unique_ptr<kosoku::net::Stack> stack = kosoku::net::dpdk_stack_factory()(reactor, stats, conf, 0, &err);
+    std::unique_ptr<kosoku::net::Stack> stack = backend->make_stack(reactor, stats, conf, 0, &err);
     auto* poller = dynamic_cast<kosoku::reactor::Poller*>(stack.get());
     if (stack == nullptr || poller == nullptr) {
       std::fprintf(stderr, "kosoku-loadgen: %s\n", err.c_str());
-      kosoku::dpdk::stop_backend();
+      backend->stop();
       return 2;
     }
     auto client = std::make_unique<LoadClient>(*stack, a.load);
@@ -304,6 +304,6 @@ int main(int argc, char** argv) {
     stack.reset();  // frees the TCBs while their handlers (the client's connections) still exist
     client.reset();
   }
-  kosoku::dpdk::stop_backend();
+  backend->stop();
   return rc;
 }

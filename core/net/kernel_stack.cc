@@ -12,6 +12,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/base/log.hh"
+#include "core/net/in_buffer.hh"
+#include "core/net/out_chain.hh"
 
 namespace kosoku::net {
 
@@ -26,21 +28,8 @@ constexpr size_t kMaxInput = 1 << 20;       // input kept while the handler does
 constexpr uint64_t kLingeringTimeoutMs = 5000;   // nginx lingering_timeout default
 constexpr uint64_t kLingeringTimeMs = 30000;     // nginx lingering_time default: bound on the whole close
 constexpr size_t kReclaimBatch = 32;             // idle connections closed at once at the limit (nginx: 32)
-constexpr size_t kInBuf = 4096;                  // first input buffer of a stream (grows by doubling)
 constexpr size_t kPoolMax = 256;                 // buffers of each kind kept per core for reuse
 constexpr uint64_t kAcceptRetryMs = 500;         // accept paused after EMFILE/ENFILE (nginx accept_mutex_delay)
-
-// An output block: owned bytes in data[], or (ref != nullptr) a reference to caller-owned bytes.
-struct OutBlock {
-  OutBlock* next;
-  const char* ref;       // bytes elsewhere (write_ref, write_shared), or null: bytes in data[]
-  SharedBuffer* shared;  // write_shared: the buffer `ref` points into, unref'd when the block is given back
-  uint32_t cap;
-  uint32_t begin;
-  uint32_t end;
-  char data[];
-  const char* bytes() const { return ref != nullptr ? ref : data; }
-};
 
 // The sendmsg(2) arguments of a send in flight: taken from the core's free list when a send is submitted and
 // given back when it completes, so an idle stream carries none (1 KiB of iovecs).
@@ -48,17 +37,6 @@ struct SendArgs {
   msghdr msg;
   iovec iov[kMaxIov];
 };
-
-OutBlock* new_block(size_t cap) {
-  auto* b = static_cast<OutBlock*>(std::malloc(sizeof(OutBlock) + cap));
-  if (b == nullptr) std::abort();
-  b->next = nullptr;
-  b->ref = nullptr;
-  b->shared = nullptr;
-  b->cap = static_cast<uint32_t>(cap);
-  b->begin = b->end = 0;
-  return b;
-}
 
 }  // namespace
 
@@ -101,8 +79,8 @@ struct KernelStack::Impl {
   // flight; an idle keep-alive stream holds none (nginx frees its buffers on keep-alive too,
   // ngx_http_set_keepalive). The lists make taking them again cheap. Bounded: beyond kPoolMax the memory goes
   // back to the allocator.
-  std::vector<char*> free_in_bufs;
-  std::vector<OutBlock*> free_blocks;
+  InBufferPool in_bufs{kPoolMax};
+  BlockPool<kMinBlock, kPoolMax> blocks;
   std::vector<SendArgs*> free_send_args;
   // Every stream not yet destroyed (accepted or connecting), for the reset at exit (~KernelStack).
   KernelStream* live = nullptr;
@@ -112,8 +90,6 @@ struct KernelStack::Impl {
   }
   ~Impl() {
     reactor.timers().cancel(accept_retry);
-    for (char* b : free_in_bufs) std::free(b);
-    for (OutBlock* b : free_blocks) std::free(b);
     for (SendArgs* a : free_send_args) delete a;
   }
   SendArgs* take_send_args() {
@@ -129,38 +105,13 @@ struct KernelStack::Impl {
       delete a;
     }
   }
-  char* take_in_buf() {
-    if (free_in_bufs.empty()) return static_cast<char*>(std::malloc(kInBuf));
-    char* b = free_in_bufs.back();
-    free_in_bufs.pop_back();
-    return b;
-  }
-  void give_in_buf(char* b, size_t cap) {
-    if (cap == kInBuf && free_in_bufs.size() < kPoolMax) {
-      free_in_bufs.push_back(b);
-    } else {
-      std::free(b);
-    }
-  }
   OutBlock* take_block(size_t cap) {
-    if (cap != kMinBlock || free_blocks.empty()) return new_block(cap);
-    OutBlock* b = free_blocks.back();
-    free_blocks.pop_back();
-    b->next = nullptr;
-    b->ref = nullptr;
-    b->begin = b->end = 0;
-    return b;
+    OutBlock* b = cap == kMinBlock ? blocks.take() : nullptr;
+    return b != nullptr ? b : OutBlock::make_copied(cap);
   }
+  /// A sent block: a kMinBlock copied one back to the free list, any other freed (a shared one unref'd).
   void give_block(OutBlock* b) {
-    if (b->shared != nullptr) {
-      b->shared->unref();
-      b->shared = nullptr;
-    }
-    if (b->ref == nullptr && b->cap == kMinBlock && free_blocks.size() < kPoolMax) {
-      free_blocks.push_back(b);
-    } else {
-      std::free(b);
-    }
+    if (!blocks.keep(b)) OutBlock::destroy(b);
   }
 
   char* buf_addr(unsigned bid) { return buf_base + static_cast<size_t>(bid) * kBufSize; }
@@ -253,12 +204,12 @@ class KernelStream final : public Stream {
   }
 
   // Stream
-  std::span<const char> input() const override { return {in_buf_ + in_begin_, in_end_ - in_begin_}; }
+  std::span<const char> input() const override { return in_.view(); }
   void consume(size_t n) override {
-    in_begin_ += n;
-    if (in_begin_ >= in_end_) release_input();
+    in_.consume(n);
+    if (in_.empty()) release_input();
     // Input back-pressure released: reading resumes once the handler has drained half the limit.
-    if (input_full_ && in_end_ - in_begin_ <= kMaxInput / 2) {
+    if (input_full_ && in_.size() <= kMaxInput / 2) {
       input_full_ = false;
       if (!paused_) arm_recv();
     }
@@ -269,39 +220,22 @@ class KernelStream final : public Stream {
     arm_recv();
   }
   std::span<char> reserve(size_t min_bytes) override {
-    if (tail_ == nullptr || tail_->ref != nullptr || tail_->cap - tail_->end < min_bytes) {
-      append_block(stack_.take_block(min_bytes > kMinBlock ? min_bytes : kMinBlock));
+    OutBlock* t = out_.writable_tail(min_bytes);
+    if (t == nullptr) {
+      t = stack_.take_block(min_bytes > kMinBlock ? min_bytes : kMinBlock);
+      out_.push_back(t);
     }
-    return {tail_->data + tail_->end, tail_->cap - tail_->end};
+    return {t->data + t->end, t->cap - t->end};
   }
   void write_ref(const char* data, size_t len) override {
-    if (len == 0) return;
-    OutBlock* b = new_block(0);
-    b->ref = data;
-    b->cap = b->end = static_cast<uint32_t>(len);
-    append_block(b);
-    pending_ += len;
+    if (len != 0) out_.push_back(OutBlock::make_ref(data, len));
   }
   void write_shared(SharedBuffer& buf, const char* data, size_t len) override {
-    if (len == 0) return;
-    write_ref(data, len);
-    buf.ref();
-    tail_->shared = &buf;
+    if (len != 0) out_.push_back(OutBlock::make_shared(buf, data, len));
   }
-  void append_block(OutBlock* b) {
-    if (tail_ != nullptr) {
-      tail_->next = b;
-    } else {
-      head_ = b;
-    }
-    tail_ = b;
-  }
-  void commit(size_t n) override {
-    tail_->end += static_cast<uint32_t>(n);
-    pending_ += n;
-  }
+  void commit(size_t n) override { out_.commit(n); }
   void flush() override;
-  size_t pending_output() const override { return pending_; }
+  size_t pending_output() const override { return out_.bytes(); }
   void set_low_water(size_t bytes) override { low_water_ = bytes; }
   void close(Close how) override;
   void set_keepalive(bool on) override {
@@ -380,23 +314,13 @@ class KernelStream final : public Stream {
   };
 
   ~KernelStream() {
-    while (head_ != nullptr) {
-      OutBlock* n = head_->next;
-      stack_.give_block(head_);
-      head_ = n;
-    }
+    out_.clear([this](OutBlock* b) { stack_.give_block(b); });
     release_input();
     if (send_args_ != nullptr) stack_.give_send_args(send_args_);
   }
 
   /// Everything received is consumed: the buffer goes back to the core's free list (an idle stream holds none).
-  void release_input() {
-    in_begin_ = in_end_ = 0;
-    if (in_buf_ == nullptr) return;
-    stack_.give_in_buf(in_buf_, in_cap_);
-    in_buf_ = nullptr;
-    in_cap_ = 0;
-  }
+  void release_input() { in_.release(&stack_.in_bufs); }
 
   void arm_recv() {
     if (recv_armed_ || connecting_ || dead_ || peer_fin_ || ((paused_ || input_full_) && !closing_)) return;
@@ -412,34 +336,6 @@ class KernelStream final : public Stream {
       recv_cancel_sent_ = true;
     }
   }
-  void append_input(const char* data, size_t n) {
-    if (in_end_ + n > in_cap_) {
-      if (in_begin_ > 0) {
-        std::memmove(in_buf_, in_buf_ + in_begin_, in_end_ - in_begin_);
-        in_end_ -= in_begin_;
-        in_begin_ = 0;
-      }
-      if (in_end_ + n > in_cap_) {
-        size_t cap = in_cap_ ? in_cap_ : kInBuf;
-        while (cap < in_end_ + n) cap *= 2;
-        if (in_buf_ == nullptr && cap == kInBuf) {
-          in_buf_ = stack_.take_in_buf();
-        } else if (in_cap_ == kInBuf) {
-          char* bigger = static_cast<char*>(std::malloc(cap));  // the pooled buffer goes back to the pool
-          if (bigger != nullptr) std::memcpy(bigger, in_buf_, in_end_);
-          stack_.give_in_buf(in_buf_, in_cap_);
-          in_buf_ = bigger;
-        } else {
-          in_buf_ = static_cast<char*>(std::realloc(in_buf_, cap));
-        }
-        if (in_buf_ == nullptr) std::abort();
-        in_cap_ = cap;
-      }
-    }
-    std::memcpy(in_buf_ + in_end_, data, n);
-    in_end_ += n;
-  }
-
   // Completions call into the handler, which may close() the stream: destruction is deferred until the
   // completion unwinds (depth_), so no member is touched after a delete.
   struct Guard {
@@ -460,11 +356,11 @@ class KernelStream final : public Stream {
       unsigned bid = flags >> IORING_CQE_BUFFER_SHIFT;
       stack_.stats.bytes_in += static_cast<uint64_t>(res);
       if (closing_) linger_needed_ = true;  // input after close: wait for the peer's FIN before closing
-      if (!closing_) append_input(stack_.buf_addr(bid), static_cast<size_t>(res));
+      if (!closing_) in_.append(stack_.buf_addr(bid), static_cast<size_t>(res), &stack_.in_bufs);
       stack_.recycle(bid);
       if (!closing_) {
         handler_->on_readable(*this);
-        if (!closing_ && in_end_ - in_begin_ > kMaxInput) {
+        if (!closing_ && in_.size() > kMaxInput) {
           input_full_ = true;  // stop reading until the handler consumes (see consume())
           cancel_recv();
         }
@@ -517,30 +413,18 @@ class KernelStream final : public Stream {
       return;
     }
     if (dead_) return;
-    if (pending_ > 0) {
+    if (out_.bytes() > 0) {
       flush();
     } else if (closing_) {
       begin_lingering();
     }
-    if (!closing_ && pending_ <= low_water_) handler_->on_writable(*this);
+    if (!closing_ && out_.bytes() <= low_water_) handler_->on_writable(*this);
   }
 
   void advance_output(size_t n) {
-    pending_ -= n;
-    while (n > 0 && head_ != nullptr) {
-      size_t avail = head_->end - head_->begin;
-      size_t take = n < avail ? n : avail;
-      head_->begin += static_cast<uint32_t>(take);
-      n -= take;
-      if (head_->begin == head_->end) {
-        // Every sent block goes back, the last one too: an idle stream holds no output block (the core's free
-        // list hands the next response one at once).
-        if (head_ == tail_) tail_ = nullptr;
-        OutBlock* next = head_->next;
-        stack_.give_block(head_);
-        head_ = next;
-      }
-    }
+    // Every sent block goes back, the last one too: an idle stream holds no output block (the core's free list
+    // hands the next response one at once).
+    out_.drop_front(n, [this](OutBlock* b) { stack_.give_block(b); });
   }
 
   void begin_lingering() {
@@ -615,12 +499,8 @@ class KernelStream final : public Stream {
   mutable bool peer_known_ = false;
   uint16_t local_port_ = 0;
 
-  char* in_buf_ = nullptr;
-  size_t in_cap_ = 0, in_begin_ = 0, in_end_ = 0;
-
-  OutBlock* head_ = nullptr;
-  OutBlock* tail_ = nullptr;
-  size_t pending_ = 0;
+  InBuffer in_;    // from the core's InBufferPool while it holds input, given back when all is consumed
+  OutChain out_;  // committed output not yet sent: pending_output()
   size_t low_water_ = 0;
   SendArgs* send_args_ = nullptr;  // while a send is in flight
 
@@ -639,15 +519,9 @@ class KernelStream final : public Stream {
 };
 
 void KernelStream::flush() {
-  if (send_in_flight_ || connecting_ || pending_ == 0 || dead_) return;
+  if (send_in_flight_ || connecting_ || out_.bytes() == 0 || dead_) return;
   SendArgs* a = stack_.take_send_args();
-  unsigned n = 0;
-  for (OutBlock* b = head_; b != nullptr && n < kMaxIov; b = b->next) {
-    if (b->end == b->begin) continue;
-    a->iov[n].iov_base = const_cast<char*>(b->bytes()) + b->begin;
-    a->iov[n].iov_len = b->end - b->begin;
-    ++n;
-  }
+  unsigned n = out_.gather(a->iov, kMaxIov);
   if (n == 0) {
     stack_.give_send_args(a);
     return;
@@ -674,9 +548,9 @@ void KernelStream::close(Close how) {
   }
   // Graceful: bound the whole close by lingering_time, then flush → (FIN → drain, if needed) → close.
   stack_.reactor.timers().arm(linger_timer_, stack_.reactor.now_ms() + kLingeringTimeMs);
-  linger_needed_ = how == Close::kLinger || in_end_ > in_begin_;
+  linger_needed_ = how == Close::kLinger || !in_.empty();
   release_input();
-  if (pending_ > 0) {
+  if (out_.bytes() > 0) {
     flush();
   } else if (!send_in_flight_) {
     begin_lingering();

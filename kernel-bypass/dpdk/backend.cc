@@ -17,7 +17,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/base/log.hh"
-#include "core/net/stack_factory.hh"
 #include "kernel-bypass/dpdk/dma_buffers.hh"
 #include "kernel-bypass/dpdk/eal.hh"
 #include "kernel-bypass/dpdk/port.hh"
@@ -25,27 +24,10 @@
 
 namespace kosoku::dpdk {
 
-// One-shot IORING_OP_POLL_ADD on a core's RX interrupt fd (CoreStack::idle_wait): its CQE ends the idle sleep.
-struct RxWake final : reactor::IoOp {
-  bool armed = false;
-  IdleStats* stats = nullptr;  // the owning CoreStack's, while it lives
-  void complete(int32_t res, uint32_t) override {
-    armed = false;
-    if (res > 0 && stats != nullptr) ++stats->rx_wakeups;
-  }
-};
-
 namespace {
 
 constexpr uint64_t kArpTickMs = 100;
-
-std::unique_ptr<Port> g_port;
-std::unique_ptr<CoreMesh> g_mesh;
-std::unique_ptr<FlowSteering> g_flows;
-// Each core's stack, for the stats section (read from other threads: counters are plain fields).
-constexpr int kMaxCores = 128;
-std::atomic<CoreStack*> g_cores[kMaxCores];
-RxWake g_rx_wake[kMaxCores];  // static: a poll armed at exit completes after its CoreStack is gone
+constexpr int kMaxCores = CoreTable::kMaxCores;
 
 tcpip::InterfaceConfig interface_config(const config::DpdkConf& d) {
   tcpip::InterfaceConfig c;
@@ -64,37 +46,6 @@ tcpip::TcpConfig tcp_config(const config::MainConf& conf) {
                              : tcpip::CongestionAlgorithm::kCubic;
   c.rto_min_ms = d.rto_min_ms;
   return c;
-}
-
-std::unique_ptr<net::Stack> make_core_stack(reactor::Reactor& reactor, stats::CoreStats& stats,
-                                            const config::MainConf& conf, int core, std::string* err) {
-  if (g_port == nullptr || core < 0 || core >= g_port->cores() || core >= kMaxCores) {
-    if (err) *err = absl::StrCat("network dpdk: no port queue for worker ", core);
-    return nullptr;
-  }
-  auto c = static_cast<uint16_t>(core);
-  QueueConfig qc;
-  qc.port = g_port->id();
-  bool own = c < g_port->queue_pairs();
-  qc.rx_queue = own ? c : -1;
-  qc.tx_queue = own ? c : -1;
-  qc.tx_ring = g_mesh->tx(c);
-  qc.pool = g_port->pool(c);
-  qc.mac = g_port->mac();
-  qc.mtu = g_port->mtu();
-  qc.tx_checksum_offload = g_port->tx_checksum_offload();
-  qc.rx_checksum_offload = g_port->rx_checksum_offload();
-  qc.rx_interrupt_fd = own ? g_port->rx_interrupt_fd(c) : -1;
-  qc.attach_pool = own ? g_port->attach_pool(c) : nullptr;  // zero-copy TX only on a TX queue of its own
-  qc.payload_needs_iova = g_port->needs_iova();
-  qc.dma_pool = qc.attach_pool != nullptr ? g_port->dma_pool(c) : nullptr;
-  // The TX backlog holds one more descriptor ring's worth of refused frames (queue.hh); the PortConfig default
-  // when the PMD does not report its ring (rte_eth_tx_queue_info_get: net_tap, net_ring do not).
-  rte_eth_txq_info txq{};
-  if (own && rte_eth_tx_queue_info_get(qc.port, c, &txq) == 0 && txq.nb_desc >= Queue::kBurst) {
-    qc.tx_backlog = txq.nb_desc;
-  }
-  return std::make_unique<CoreStack>(reactor, stats, conf, qc, *g_mesh, *g_flows, c);
 }
 
 // Why EAL came up without a port: the devices the arguments name (--vdev X, -a X, --allow X) were refused by
@@ -130,17 +81,52 @@ std::string no_port_message(const std::vector<std::string>& eal) {
 
 }  // namespace
 
-int start_backend(const config::MainConf& conf, std::string* err, std::string* note) {
+DpdkBackend::DpdkBackend() = default;
+
+DpdkBackend::~DpdkBackend() { stop(); }
+
+std::unique_ptr<net::Stack> DpdkBackend::make_stack(reactor::Reactor& reactor, stats::CoreStats& stats,
+                                                    const config::MainConf& conf, int core, std::string* err) {
+  if (port_ == nullptr || core < 0 || core >= port_->cores() || core >= kMaxCores) {
+    if (err) *err = absl::StrCat("network dpdk: no port queue for worker ", core);
+    return nullptr;
+  }
+  auto c = static_cast<uint16_t>(core);
+  QueueConfig qc;
+  qc.port = port_->id();
+  bool own = c < port_->queue_pairs();
+  qc.rx_queue = own ? c : -1;
+  qc.tx_queue = own ? c : -1;
+  qc.tx_ring = mesh_->tx(c);
+  qc.pool = port_->pool(c);
+  qc.mac = port_->mac();
+  qc.mtu = port_->mtu();
+  qc.tx_checksum_offload = port_->tx_checksum_offload();
+  qc.rx_checksum_offload = port_->rx_checksum_offload();
+  qc.rx_interrupt_fd = own ? port_->rx_interrupt_fd(c) : -1;
+  qc.attach_pool = own ? port_->attach_pool(c) : nullptr;  // zero-copy TX only on a TX queue of its own
+  qc.payload_needs_iova = port_->needs_iova();
+  qc.dma_pool = qc.attach_pool != nullptr ? port_->dma_pool(c) : nullptr;
+  // The TX backlog holds one more descriptor ring's worth of refused frames (queue.hh); the PortConfig default
+  // when the PMD does not report its ring (rte_eth_tx_queue_info_get: net_tap, net_ring do not).
+  rte_eth_txq_info txq{};
+  if (own && rte_eth_tx_queue_info_get(qc.port, c, &txq) == 0 && txq.nb_desc >= Queue::kBurst) {
+    qc.tx_backlog = txq.nb_desc;
+  }
+  return std::make_unique<CoreStack>(reactor, stats, conf, qc, cores_, *mesh_, *flows_, c);
+}
+
+std::unique_ptr<DpdkBackend> DpdkBackend::start(const config::MainConf& conf, std::string* err, std::string* note) {
   // rte_eal_init pins the calling thread to the first lcore; the main thread only waits for signals, so its
   // original affinity is restored (the workers pin themselves).
   cpu_set_t before;
   bool have_before = sched_getaffinity(0, sizeof(before), &before) == 0;
   int ports = init_eal(conf.network.dpdk.eal, err);
   if (have_before) sched_setaffinity(0, sizeof(before), &before);
-  if (ports < 0) return ports;
+  if (ports < 0) return nullptr;
   if (ports == 0) {
     if (err) *err = no_port_message(conf.network.dpdk.eal);
-    return -ENODEV;
+    return nullptr;
   }
   PortConfig pc;
   pc.port_id = rte_eth_find_next_owned_by(0, RTE_ETH_DEV_NO_OWNER);
@@ -148,46 +134,43 @@ int start_backend(const config::MainConf& conf, std::string* err, std::string* n
   pc.rx_interrupts = true;  // net_tap: the queue fd, for the idle sleep's wake
   pc.tx_zero_copy = conf.network.dpdk.tx_zero_copy;
   pc.dma_buffers_per_core = conf.network.dpdk.tx_zero_copy_buffers;
-  g_port = Port::open(pc, err);
-  if (g_port == nullptr) return -EINVAL;
-  g_flows = std::make_unique<FlowSteering>(pc.cores, g_port->rss_programmed() ? g_port->reta_size() : 128);
-  g_mesh = CoreMesh::create(pc.cores, g_port->queue_pairs(), err);
-  if (g_mesh == nullptr) {
-    g_port.reset();
-    return -ENOMEM;
-  }
+  std::unique_ptr<DpdkBackend> b(new DpdkBackend);
+  b->port_ = Port::open(pc, err);
+  if (b->port_ == nullptr) return nullptr;
+  Port& port = *b->port_;
+  b->flows_ = std::make_unique<FlowSteering>(pc.cores, port.rss_programmed() ? port.reta_size() : 128);
+  b->mesh_ = CoreMesh::create(pc.cores, port.queue_pairs(), err);
+  if (b->mesh_ == nullptr) return nullptr;
   if (note != nullptr) {
-    *note = absl::StrCat("port ", g_port->id(), " (", g_port->driver(), "): ", pc.cores, " core(s) on ",
-                         g_port->queue_pairs(), " queue pair(s), ",
+    *note = absl::StrCat("port ", port.id(), " (", port.driver(), "): ", pc.cores, " core(s) on ",
+                         port.queue_pairs(), " queue pair(s), ",
                          pc.cores == 1                ? "no steering needed"
-                         : g_port->rss_programmed() ? "RSS with the symmetric key"
-                                                    : absl::StrCat("software flow steering (", g_port->rss_note(), ")"),
-                         "; checksums: TX ", g_port->tx_checksum_offload() ? "offloaded" : "software", ", RX ",
-                         g_port->rx_checksum_offload() ? "offloaded" : "software", "; TX payloads ",
+                         : port.rss_programmed() ? "RSS with the symmetric key"
+                                                    : absl::StrCat("software flow steering (", port.rss_note(), ")"),
+                         "; checksums: TX ", port.tx_checksum_offload() ? "offloaded" : "software", ", RX ",
+                         port.rx_checksum_offload() ? "offloaded" : "software", "; TX payloads ",
                          !conf.network.dpdk.tx_zero_copy ? "copied (tx_zero_copy off)"
-                         : g_port->attach_pool(0) == nullptr
-                             ? absl::StrCat("copied", g_port->zero_copy_note().empty() ? "" : " (",
-                                            g_port->zero_copy_note(), g_port->zero_copy_note().empty() ? "" : ")")
-                         : g_port->needs_iova() ? "by reference from DMA-able buffers (zero-copy)"
+                         : port.attach_pool(0) == nullptr
+                             ? absl::StrCat("copied", port.zero_copy_note().empty() ? "" : " (",
+                                            port.zero_copy_note(), port.zero_copy_note().empty() ? "" : ")")
+                         : port.needs_iova() ? "by reference from DMA-able buffers (zero-copy)"
                                                 : "by reference (zero-copy)");
   }
-  net::dpdk_stack_factory() = &make_core_stack;
-  return 0;
+  return b;
 }
 
-void stop_backend() {
-  net::dpdk_stack_factory() = nullptr;
-  g_mesh.reset();  // frees the frames still in the rings (mbufs go back to the port's pools)
-  g_port.reset();
-  g_flows.reset();
+void DpdkBackend::stop() {
+  mesh_.reset();  // frees the frames still in the rings (mbufs go back to the port's pools)
+  port_.reset();
+  flows_.reset();
 }
 
-stats::ExtraSection backend_stats_section() {
-  if (g_port == nullptr) return stats::ExtraSection{"dpdk_port", {}};
-  stats::ExtraSection s = g_port->stats_section();
+stats::ExtraSection DpdkBackend::stats_section() const {
+  if (port_ == nullptr) return stats::ExtraSection{"dpdk_port", {}};
+  stats::ExtraSection s = port_->stats_section();
   constexpr auto kCounter = stats::ExtraMetric::Type::kCounter;
   for (int c = 0; c < kMaxCores; ++c) {
-    const CoreStack* cs = g_cores[c].load(std::memory_order_acquire);
+    const CoreStack* cs = cores_.stacks[c].load(std::memory_order_acquire);
     if (cs == nullptr) continue;
     std::vector<std::pair<std::string, std::string>> l = {{"core", absl::StrCat(c)}};
     const QueueStats& q = cs->queue().stats();
@@ -270,8 +253,10 @@ stats::ExtraSection backend_stats_section() {
 }
 
 CoreStack::CoreStack(reactor::Reactor& reactor, stats::CoreStats& stats, const config::MainConf& conf,
-                     const QueueConfig& queue, const CoreMesh& mesh, const FlowSteering& flows, uint16_t core)
+                     const QueueConfig& queue, CoreTable& cores, const CoreMesh& mesh, const FlowSteering& flows,
+                     uint16_t core)
     : reactor_(reactor),
+      cores_(cores),
       queue_(queue),
       steer_(mesh, flows, core),
       ip_(queue_, interface_config(conf.network.dpdk)),
@@ -293,14 +278,14 @@ CoreStack::CoreStack(reactor::Reactor& reactor, stats::CoreStats& stats, const c
   reactor_.timers().arm(*this, reactor_.now_ms() + kArpTickMs);
   if (core == 0) ip_.announce();  // gratuitous ARP (RFC 5227 §3), once per port
   queue_.flush();
-  if (core < kMaxCores) g_cores[core].store(this, std::memory_order_release);
-  if (queue.rx_interrupt_fd >= 0 && core < kMaxCores && idle_.enabled()) rx_wake_ = &g_rx_wake[core];
+  if (core < kMaxCores) cores_.stacks[core].store(this, std::memory_order_release);
+  if (queue.rx_interrupt_fd >= 0 && core < kMaxCores && idle_.enabled()) rx_wake_ = &cores_.rx_wake[core];
 }
 
 CoreStack::~CoreStack() {
   if (queue_.config().dma_pool != nullptr) net::SharedBuffer::set_source(nullptr);
   if (rx_wake_ != nullptr) rx_wake_->stats = nullptr;
-  for (auto& c : g_cores) {
+  for (auto& c : cores_.stacks) {
     CoreStack* self = this;
     c.compare_exchange_strong(self, nullptr);
   }
@@ -398,7 +383,7 @@ void CoreStack::wake_peers() {
   handed_over_ = handed;
   std::atomic_thread_fence(std::memory_order_seq_cst);  // the ring enqueues before the flag loads
   for (int c = 0; c < kMaxCores; ++c) {
-    CoreStack* peer = g_cores[c].load(std::memory_order_acquire);
+    CoreStack* peer = cores_.stacks[c].load(std::memory_order_acquire);
     if (peer == nullptr || peer == this || !peer->sleeping_.load(std::memory_order_seq_cst)) continue;
     peer->reactor_.wake();
     ++idle_stats_.wakeups_sent;

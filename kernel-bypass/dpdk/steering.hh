@@ -1,7 +1,7 @@
 // Software flow steering between the per-core stacks (shared-nothing: cores exchange only messages over
 // lock-free single-producer/single-consumer rte_rings, never a shared mutable table).
 //
-// CoreMesh (created once by start_backend, before the workers) holds, for every ordered pair of cores
+// CoreMesh (created once by DpdkBackend::start, before the workers) holds, for every ordered pair of cores
 // (from, to): a ring of mbufs ("packets": TCP/IPv4 frames that arrived on `from`'s RX queue but whose 4-tuple
 // the FlowSteering assigns to `to`), and a ring of 16-byte ArpUpdate records ("arp": neighbours `from`
 // learned from the wire, so every core's ARP cache knows them: ARP frames are not steered, a reply to core

@@ -37,14 +37,8 @@ Tcb::Tcb(TcpStack& stack, const FourTuple& tuple) : stack_(stack), tuple_(tuple)
 }
 
 Tcb::~Tcb() {
-  for (OutBlock* b : {head_, wait_head_, spare_}) {
-    while (b != nullptr) {
-      OutBlock* n = b->next;
-      free_block(b);
-      b = n;
-    }
-  }
-  std::free(in_buf_);
+  send_.clear([this](OutBlock* b) { free_block(b); });
+  wait_.clear([this](OutBlock* b) { free_block(b); });
   stack_.stats_.memory_bytes -= accounted_bytes_;
 }
 
@@ -336,11 +330,11 @@ void Tcb::process_ack(const TcpSegment& seg) {
     rtt_on_ack(seg, ack);
     acked = ack - snd_una_;
     if (ack > data_seq_) {
-      size_t n = std::min<size_t>(ack - data_seq_, out_bytes_);
+      size_t n = std::min<size_t>(ack - data_seq_, out_bytes());
       drop_acked(n);
       data_seq_ += static_cast<uint32_t>(n);
       acked_data = n > 0;
-      if (acked_data && wait_bytes_ > 0) take();  // room freed: the next waiting output is taken
+      if (acked_data && wait_.bytes() > 0) take();  // room freed: the next waiting output is taken
       stack_.core_stats_.bytes_out += n;
     }
     snd_una_ = ack;
@@ -348,7 +342,7 @@ void Tcb::process_ack(const TcpSegment& seg) {
     uint32_t flight = snd_max_ - snd_una_;
     if (!sack_ok_ && cc_.on_ack(ack, acked, flight, cwnd_limited_round(), stack_.clock_.now_us(),
                                         cc_rtt_us())) {  // NewReno partial ACK: resend the next hole now
-      size_t len = std::min<size_t>(buffered_, mss_);
+      size_t len = std::min<size_t>(send_.bytes(), mss_);
       if (len > 0) {
         send_segment(snd_una_, len, kAck);
         ++stack_.stats_.retransmits;
@@ -363,8 +357,8 @@ void Tcb::process_ack(const TcpSegment& seg) {
   } else if (!sack_ok_ && dup_candidate && wnd == snd_wnd_) {
     ++stack_.stats_.dup_acks_in;
     if (cc_.on_dupack(snd_una_, snd_max_, snd_max_ - snd_una_)) {
-      size_t len = std::min<size_t>(buffered_, mss_);
-      bool fin = fin_sent_ && len == out_bytes_;
+      size_t len = std::min<size_t>(send_.bytes(), mss_);
+      bool fin = fin_sent_ && len == out_bytes();
       send_segment(snd_una_, len, kAck | (fin ? kFin : 0));
       ++stack_.stats_.fast_retransmits;
       timing_ = false;
@@ -439,23 +433,7 @@ void Tcb::process_text(const TcpSegment& seg) {
   // In order.
   auto append = [&](const char* p, size_t n) {
     if (closing_ || n == 0) return;  // after close(): input is discarded (lingering close)
-    if (in_end_ + n > in_cap_) {
-      if (in_begin_ > 0) {
-        std::memmove(in_buf_, in_buf_ + in_begin_, in_end_ - in_begin_);
-        in_end_ -= in_begin_;
-        in_begin_ = 0;
-      }
-      if (in_end_ + n > in_cap_) {
-        size_t cap = in_cap_ ? in_cap_ : 4096;
-        while (cap < in_end_ + n) cap *= 2;
-        in_buf_ = static_cast<char*>(std::realloc(in_buf_, cap));
-        if (in_buf_ == nullptr) std::abort();
-        in_cap_ = cap;
-        update_memory();
-      }
-    }
-    std::memcpy(in_buf_ + in_end_, p, n);
-    in_end_ += n;
+    if (in_.append(p, n)) update_memory();
   };
   append(reinterpret_cast<const char*>(data.data()), data.size());
   rcv_nxt_ += static_cast<uint32_t>(data.size());
@@ -606,7 +584,7 @@ void Tcb::on_retransmit_timer() {
 }
 
 void Tcb::on_persist_timer() {
-  size_t unsent = out_bytes_ - std::min<size_t>(out_bytes_, snd_nxt_ - data_seq_);
+  size_t unsent = out_bytes() - std::min<size_t>(out_bytes(), snd_nxt_ - data_seq_);
   if (snd_wnd_ != 0 || unsent == 0 || state_ == TcpState::kClosed) {
     persist_ms_ = 0;
     return;
@@ -625,7 +603,7 @@ uint32_t Tcb::ts_now() const { return static_cast<uint32_t>(stack_.now_ms()) + t
 uint32_t Tcb::rcv_space() const {
   size_t limit = recv_limit_;
   if (closing_) return static_cast<uint32_t>(limit);
-  size_t used = (in_end_ - in_begin_) + ooo_bytes_;
+  size_t used = in_.size() + ooo_bytes_;
   return used >= limit ? 0 : static_cast<uint32_t>(limit - used);
 }
 
@@ -677,7 +655,11 @@ void Tcb::send_segment(SeqNum seq, size_t len, uint8_t flags) {
   size_t off = seq - data_seq_;
   // Zero-copy TX: bytes of a shared buffer (a file chunk, Stream::write_shared) go by reference if the link can.
   Interface::TxPayload ext{nullptr, nullptr, len};
-  if (len >= kZeroCopyMinBytes && stack_.ip_.tx_payload_by_reference()) ext.buf = shared_at(off, len, &ext.data);
+  if (len >= kZeroCopyMinBytes && stack_.ip_.tx_payload_by_reference()) {
+    const char* at = nullptr;
+    ext.buf = send_.shared_at(off, len, &at);
+    ext.data = reinterpret_cast<const uint8_t*>(at);
+  }
   if (ext.buf != nullptr) {
     stack_.ip_.send_ipv4(tuple_.remote, kProtoTcp, hl, [&](std::span<uint8_t> out) {
       write_tcp_header(h, o, out.data());
@@ -686,7 +668,7 @@ void Tcb::send_segment(SeqNum seq, size_t len, uint8_t flags) {
   } else {
     stack_.ip_.send_ipv4(tuple_.remote, kProtoTcp, hl + len, [&](std::span<uint8_t> out) {
       write_tcp_header(h, o, out.data());
-      if (len > 0) copy_out(off, out.data() + hl, len);
+      if (len > 0) send_.copy_out(off, out.data() + hl, len);
       stack_.ip_.fill_tcp_checksum(out, tuple_.local, tuple_.remote);  // pseudo-header only with TX offload
     }, stack_.now_ms());
   }
@@ -744,14 +726,14 @@ void Tcb::output() {
     }
     while (send_next(wnd)) {
     }
-    size_t unsent = buffered_ - std::min<size_t>(snd_nxt_ - data_seq_, buffered_);
+    size_t unsent = send_.bytes() - std::min<size_t>(snd_nxt_ - data_seq_, send_.bytes());
     if (unsent > 0 && wnd < peer && (snd_max_ - snd_una_) + mss_ > wnd) {
       cwnd_limited_ = true;
       cwnd_limited_end_ = snd_max_;
     }
   }
-  size_t sent = std::min<size_t>(snd_nxt_ - data_seq_, out_bytes_);
-  if (snd_wnd_ == 0 && out_bytes_ > sent && !persist_timer_.armed() && snd_max_ == snd_una_) {
+  size_t sent = std::min<size_t>(snd_nxt_ - data_seq_, out_bytes());
+  if (snd_wnd_ == 0 && out_bytes() > sent && !persist_timer_.armed() && snd_max_ == snd_una_) {
     persist_ms_ = persist_ms_ ? persist_ms_ : rto_ms_;
     arm(persist_timer_, persist_ms_);
   }
@@ -764,11 +746,11 @@ bool Tcb::send_next(uint32_t wnd) {
     if (snd_nxt_ < skip) snd_nxt_ = skip;
   }
   size_t offset = snd_nxt_ - data_seq_;
-  size_t avail = buffered_ - std::min(offset, buffered_);  // only what the send buffer took can go
+  size_t avail = send_.bytes() - std::min(offset, send_.bytes());  // only what the send buffer took can go
   int32_t usable = (snd_una_ + wnd) - snd_nxt_;
   size_t len = std::min<size_t>(avail, mss_);
   if (usable < static_cast<int32_t>(len)) len = usable > 0 ? static_cast<size_t>(usable) : 0;
-  bool fin = fin_queued_ && offset + len == out_bytes_;
+  bool fin = fin_queued_ && offset + len == out_bytes();
   if (len == 0 && !fin) return false;
   if (!(snd_nxt_ < snd_max_) && stack_.tx_hold(*this)) return false;  // new segment, no TX room: wait (tcp_stack.hh)
   // Sender SWS avoidance (RFC 9293 §3.8.6.2.1): a window-limited runt waits unless it is half the window.
@@ -785,7 +767,7 @@ bool Tcb::send_next(uint32_t wnd) {
     timed_seq_ = snd_nxt_;
     timed_at_us_ = stack_.clock_.now_us();
   }
-  uint8_t flags = kAck | (fin ? kFin : 0) | (len > 0 && offset + len == out_bytes_ ? kPsh : 0);
+  uint8_t flags = kAck | (fin ? kFin : 0) | (len > 0 && offset + len == out_bytes() ? kPsh : 0);
   send_segment(snd_nxt_, len, flags);
   rack_sent(snd_nxt_, static_cast<uint32_t>(len) + (fin ? 1 : 0));
   if (retransmission) ++stack_.stats_.retransmits;
@@ -800,8 +782,7 @@ bool Tcb::send_next(uint32_t wnd) {
 // ---------------------------------------------------------------- Stream
 
 void Tcb::consume(size_t n) {
-  in_begin_ += n;
-  if (in_begin_ >= in_end_) in_begin_ = in_end_ = 0;
+  in_.consume(n);
   if (state_ != TcpState::kEstablished && state_ != TcpState::kFinWait1 && state_ != TcpState::kFinWait2) return;
   // Window update when the right edge can move by a useful amount (half the buffer, or two segments).
   int32_t grow = (rcv_nxt_ + rcv_space()) - rcv_adv_;
@@ -811,19 +792,19 @@ void Tcb::consume(size_t n) {
 
 void Tcb::resume_reading() {
   paused_ = false;
-  if (in_end_ > in_begin_) arm(notify_timer_, 0);
+  if (!in_.empty()) arm(notify_timer_, 0);
 }
 
 void Tcb::notify_readable() {
-  if (paused_ || closing_ || handler_ == nullptr || in_end_ == in_begin_) return;
+  if (paused_ || closing_ || handler_ == nullptr || in_.empty()) return;
   handler_->on_readable(*this);
 }
 
 void Tcb::close(Close how) {
   if (closing_) return;
   closing_ = true;
-  bool unread = in_end_ > in_begin_;
-  in_begin_ = in_end_ = 0;
+  bool unread = !in_.empty();
+  in_.clear();
   ooo_.clear();
   ooo_bytes_ = 0;
   update_memory();

@@ -67,6 +67,8 @@
 #include <string>
 #include <vector>
 
+#include "core/net/in_buffer.hh"
+#include "core/net/out_chain.hh"
 #include "core/net/stream.hh"
 #include "core/reactor/timer_wheel.hh"
 #include "kernel-bypass/tcpip/congestion.hh"
@@ -130,10 +132,10 @@ class Tcb final : public net::Stream {
   bool timestamps() const { return ts_ok_; }
   uint32_t ts_recent() const { return ts_recent_; }
   /// Heap bytes of the buffers: input, output blocks, and the RACK transmission record.
-  size_t buffer_bytes() const { return in_cap_ + out_block_bytes_ + rack_.heap_bytes(); }
+  size_t buffer_bytes() const { return in_.capacity() + out_block_bytes_ + rack_.heap_bytes(); }
   /// Send buffer: bytes the TCB owns (unacknowledged, sent or not), and bytes still waiting to be taken.
-  size_t send_buffered() const { return buffered_; }
-  size_t send_waiting() const { return wait_bytes_; }
+  size_t send_buffered() const { return send_.bytes(); }
+  size_t send_waiting() const { return wait_.bytes(); }
   /// Out-of-order payload bytes held, and the number of (non-overlapping) queued ranges.
   size_t ooo_bytes() const { return ooo_bytes_; }
   size_t ooo_segments() const { return ooo_.size(); }
@@ -162,7 +164,7 @@ class Tcb final : public net::Stream {
   uint32_t send_buffer_limit() const { return send_limit_; }
 
   // ---- net::Stream ----
-  std::span<const char> input() const override { return {in_buf_ + in_begin_, in_end_ - in_begin_}; }
+  std::span<const char> input() const override { return in_.view(); }
   void consume(size_t n) override;
   void pause_reading() override { paused_ = true; }
   void resume_reading() override;
@@ -188,18 +190,7 @@ class Tcb final : public net::Stream {
     TcbTimer(Tcb* t, TimerKind k) : tcb(t), kind(k) {}
     void fire() override { tcb->on_timer(kind); }
   };
-  struct OutBlock {  // one malloc'd block of the output chain
-    OutBlock* next;
-    const char* ref;            // bytes elsewhere: caller-owned (write_ref) or in `shared`; null: in data[]
-    net::SharedBuffer* shared;  // write_shared: the buffer `ref` points into (one reference, held until freed)
-    uint32_t cap;
-    uint32_t begin;
-    uint32_t end;
-    char data[];
-    const char* bytes() const { return ref != nullptr ? ref : data; }
-    /// A write_ref block: waits by reference and is copied when taken (shared blocks are taken as they are).
-    bool by_ref() const { return ref != nullptr && shared == nullptr; }
-  };
+  using OutBlock = net::OutBlock;
   struct OooSegment {
     SeqNum seq;
     std::string data;
@@ -343,15 +334,10 @@ class Tcb final : public net::Stream {
   /// Karn's rule holds); else the timestamp echo (RFC 7323 §4; the TSval clock is ms, a 0 ms echo counts as
   /// 1 ms as in Linux); else the one timed segment (µs).
   void rtt_on_ack(const TcpSegment& seg, SeqNum ack);
-  // Send buffer (tcb_send_buffer.cc).
-  /// Copies `len` bytes from `offset` octets past data_seq_ out of the send buffer; returns the count.
-  size_t copy_out(size_t offset, uint8_t* dst, size_t len);
-  /// If the `len` bytes at `offset` from data_seq_ are contiguous bytes of one shared buffer (in one shared
-  /// block, or in consecutive blocks that continue it): the buffer, and *bytes where they start (zero-copy
-  /// TX); else nullptr.
-  net::SharedBuffer* shared_at(size_t offset, size_t len, const uint8_t** bytes);
+  // Send buffer (tcb_send_buffer.cc). Segments read their payload from send_ at an offset from data_seq_
+  // (send_.copy_out; send_.shared_at for zero-copy TX).
   void drop_acked(size_t n);
-  /// Appends `n` bytes to the send buffer's owned blocks (buffered_ grows by n).
+  /// Appends `n` bytes to the send buffer's copied blocks (send_.bytes() grows by n).
   void copy_in(const char* src, size_t n);
   /// Moves waiting output into the send buffer while it is under send_buffer_bytes; returns bytes taken.
   size_t take();
@@ -360,15 +346,15 @@ class Tcb final : public net::Stream {
   void free_block(OutBlock* b);
   /// Frees the spare blocks (idle release, TIME-WAIT, destruction).
   void free_spares();
-  void append_wait(OutBlock* b);
   /// close(kAbort) without unread input: drops the output not taken (the waiting queue and any overshoot of
   /// the limit not sent yet); what the send buffer took is still delivered, as by a kernel socket's close().
   void drop_unsent();
   /// Frees every buffer: the output chain, the input buffer, the out-of-order queue, the SACK scoreboard
   /// (idle release, and on entering TIME-WAIT, which needs only the tuple, sequence numbers and timestamps).
   void free_buffers();
-  void append_block(OutBlock* b);
-  SeqNum fin_seq() const { return data_seq_ + static_cast<uint32_t>(out_bytes_); }
+  /// Output committed, not acknowledged: the send buffer and the waiting queue.
+  size_t out_bytes() const { return send_.bytes() + wait_.bytes(); }
+  SeqNum fin_seq() const { return data_seq_ + static_cast<uint32_t>(out_bytes()); }
   bool fin_acked() const { return fin_sent_ && snd_una_ > fin_seq(); }
 
   // SACK (tcb_sack.cc). sack_ack: the SACK part of an ACK (after the cumulative part); `advanced`:
@@ -450,24 +436,19 @@ class Tcb final : public net::Stream {
   bool oow_acked_ = false;
   unsigned challenges_this_second_ = 0;
 
-  // Output: the send buffer (owned blocks from data_seq_ on), then the waiting queue (not taken yet).
-  OutBlock* head_ = nullptr;
-  OutBlock* tail_ = nullptr;
-  OutBlock* wait_head_ = nullptr;
-  OutBlock* wait_tail_ = nullptr;
-  size_t out_bytes_ = 0;         // committed, not acknowledged (buffered_ + wait_bytes_)
-  size_t buffered_ = 0;          // in the send buffer
-  size_t wait_bytes_ = 0;        // in the waiting queue
-  size_t out_block_bytes_ = 0;   // capacity of owned blocks in both (memory accounting)
-  OutBlock* spare_ = nullptr;      // acknowledged copy blocks kept for reuse (linked by next)
-  unsigned spare_count_ = 0;
-  OutBlock* cur_block_ = nullptr;  // copy_out's cursor: the block last read, and the sequence number of its
-  SeqNum cur_base_;                // data[0] (owned blocks never move their bytes)
+  // Output: the send buffer (copied and shared blocks from data_seq_ on; its front() is data_seq_), then the
+  // waiting queue (not taken yet).
+  net::OutChain send_;
+  net::OutChain wait_;
+  size_t out_block_bytes_ = 0;   // bytes of copied and shared blocks in both, and of the spares (memory accounting)
+  // copy_in()'s largest block (write_ref bytes go to blocks of up to 64 KiB); acknowledged ones are kept for
+  // reuse, up to 8 (512 KiB), so a long transfer does not malloc and fault in fresh pages per block.
+  static constexpr size_t kCopyBlock = 64 * 1024;
+  net::BlockPool<kCopyBlock, 8> spares_;
   size_t low_water_ = 0;
 
   // Input.
-  char* in_buf_ = nullptr;
-  size_t in_cap_ = 0, in_begin_ = 0, in_end_ = 0;
+  net::InBuffer in_;
   std::vector<OooSegment> ooo_;
   size_t ooo_bytes_ = 0;
 

@@ -60,34 +60,22 @@ void Tcb::on_idle_timer(TimerKind k) {
     return;
   }
   // kRelease: only a connection with nothing unacknowledged and no unread input gives its buffers back.
-  if (out_bytes_ != 0 || in_end_ != in_begin_) return;
-  if (head_ != nullptr && head_ == tail_ && head_->end == 0) {
-    free_block(head_);
-    head_ = tail_ = cur_block_ = nullptr;
+  if (out_bytes() != 0 || !in_.empty()) return;
+  if (!send_.empty() && send_.head() == send_.tail() && send_.head()->end == 0) {  // the block kept for reuse
+    send_.clear([this](OutBlock* b) { free_block(b); });
   }
   free_spares();
-  std::free(in_buf_);
-  in_buf_ = nullptr;
-  in_cap_ = in_begin_ = in_end_ = 0;
+  in_.release();
   rack_.release();  // nothing outstanding: the record is empty
   update_memory();
 }
 
 void Tcb::free_buffers() {
-  for (OutBlock* b : {head_, wait_head_}) {
-    while (b != nullptr) {
-      OutBlock* next = b->next;
-      free_block(b);
-      b = next;
-    }
-  }
-  head_ = tail_ = wait_head_ = wait_tail_ = cur_block_ = nullptr;
+  send_.clear([this](OutBlock* b) { free_block(b); });
+  wait_.clear([this](OutBlock* b) { free_block(b); });
   free_spares();
   out_block_bytes_ = 0;
-  out_bytes_ = buffered_ = wait_bytes_ = 0;
-  std::free(in_buf_);
-  in_buf_ = nullptr;
-  in_cap_ = in_begin_ = in_end_ = 0;
+  in_.release();
   std::vector<OooSegment>().swap(ooo_);
   ooo_bytes_ = 0;
   std::vector<char>().swap(scratch_);

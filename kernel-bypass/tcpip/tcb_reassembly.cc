@@ -55,7 +55,7 @@ void Tcb::ooo_insert(SeqNum seq, std::span<const uint8_t> data, bool fin) {
     fin = false;
     break;
   }
-  size_t held = (in_end_ - in_begin_) + ooo_bytes_;
+  size_t held = in_.size() + ooo_bytes_;
   size_t limit = recv_limit_;
   size_t room = held >= limit ? 0 : limit - held;
   if (data.size() > room) {

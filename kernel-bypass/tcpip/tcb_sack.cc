@@ -240,7 +240,7 @@ bool Tcb::sack_maybe_enter_recovery(uint32_t delivered) {
 bool Tcb::sack_retransmit(SeqNum seq, uint32_t len) {
   if (seq < data_seq_) return false;
   size_t off = static_cast<size_t>(seq - data_seq_);
-  size_t data = off < buffered_ ? std::min<size_t>(len, buffered_ - off) : 0;
+  size_t data = off < send_.bytes() ? std::min<size_t>(len, send_.bytes() - off) : 0;
   bool fin = fin_sent_ && seq + static_cast<uint32_t>(data) == fin_seq() && seq + len > fin_seq();
   if (data == 0 && !fin) return false;
   send_segment(seq, data, kAck | (fin ? kFin : 0));

@@ -446,7 +446,8 @@ TEST(DpdkTxBacklog, IdleWorkerRetriesItsBacklogAndSleepsOnlyBriefly) {
     std::unique_ptr<CoreMesh> mesh = CoreMesh::create(1, 1, &r.err);
     if (mesh == nullptr) return;
     FlowSteering flows(1, 128);
-    CoreStack cs(reactor, core_stats, conf, p.queue_config(QueueConfig::kDefaultTxBacklog), *mesh, flows, 0);
+    auto cores = std::make_unique<CoreTable>();
+    CoreStack cs(reactor, core_stats, conf, p.queue_config(QueueConfig::kDefaultTxBacklog), *cores, *mesh, flows, 0);
     r.backlog_at_start = cs.queue().tx_backlog();
     auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(30);
     while (std::chrono::steady_clock::now() < until) {
