@@ -30,7 +30,7 @@ def _assert_single_4xx_and_closed(ex: sut.Exchange, allowed=range(400, 500)) -> 
 
 # --- C01: Content-Length together with Transfer-Encoding ----------------------------------------------------
 
-def test_c01_cl_and_te_static(env):
+def test_cl_and_te_static(env):
     data = (b"POST /index.html HTTP/1.1\r\nHost: static.example.com\r\n"
             b"Content-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n"
             b"0\r\n\r\n"
@@ -42,7 +42,7 @@ def test_c01_cl_and_te_static(env):
 
 # --- C02: duplicate or invalid Content-Length ------------------------------------------------------------------
 
-def test_c02a_differing_content_lengths(env):
+def test_differing_content_lengths(env):
     data = (b"POST /index.html HTTP/1.1\r\nHost: static.example.com\r\n"
             b"Content-Length: 0\r\nContent-Length: 51\r\n\r\n"
             b"GET /abc.txt HTTP/1.1\r\nHost: static.example.com\r\n\r\n")
@@ -51,7 +51,7 @@ def test_c02a_differing_content_lengths(env):
     _assert_single_4xx_and_closed(ex, allowed=[400])
 
 
-def test_c02b_identical_duplicate_content_lengths(env):
+def test_identical_duplicate_content_lengths(env):
     data = (b"GET /abc.txt HTTP/1.1\r\nHost: static.example.com\r\n"
             b"Content-Length: 0\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
     ex = exchange(env.port, data, timeout=5)
@@ -63,7 +63,7 @@ def test_c02b_identical_duplicate_content_lengths(env):
 
 # --- C05: oversized header field and request-target ------------------------------------------------------------
 
-def test_c05a_oversized_header_field(env):
+def test_oversized_header_field(env):
     data = b"GET /abc.txt HTTP/1.1\r\nHost: static.example.com\r\nX-Big: " + b"a" * 65536 + b"\r\n\r\n"
     ex = exchange(env.port, data, timeout=5)
     assert ex.finals, f"no HTTP response at all (reset={ex.reset}): RFC 9110 §5.4 requires a 4xx response"
@@ -74,7 +74,7 @@ def test_c05a_oversized_header_field(env):
     assert r2.status == 200 and r2.body == ABC
 
 
-def test_c05b_oversized_request_target(env):
+def test_oversized_request_target(env):
     data = b"GET /" + b"a" * 65536 + b" HTTP/1.1\r\nHost: static.example.com\r\n\r\n"
     ex = exchange(env.port, data, timeout=5)
     assert ex.finals, f"no HTTP response at all (reset={ex.reset})"
@@ -102,7 +102,7 @@ C08_ATTACKS = [
 
 
 @pytest.mark.parametrize("target", C08_ATTACKS, ids=[t.decode() for t in C08_ATTACKS])
-def test_c08_traversal_attack(env, target):
+def test_traversal_attack(env, target):
     data = b"GET " + target + b" HTTP/1.1\r\nHost: static.example.com\r\nConnection: close\r\n\r\n"
     ex = exchange(env.port, data, timeout=5)
     r = ex.one()
@@ -117,7 +117,7 @@ def test_c08_traversal_attack(env, target):
     (b"/dir/", 200, b"<p>dir</p>\n"),
     (b"/dir", 301, None),
 ], ids=["dir-dotdot-abc", "dot-abc", "double-slash-abc", "dir-slash", "dir-no-slash"])
-def test_c08_controls(env, target, status, body):
+def test_controls(env, target, status, body):
     data = b"GET " + target + b" HTTP/1.1\r\nHost: static.example.com\r\nConnection: close\r\n\r\n"
     r = exchange(env.port, data, timeout=5).one()
     assert r.status == status
@@ -150,7 +150,7 @@ def _get_abc_range(env, rng: str) -> sut.Response:
     return sut.request(env.port, "GET", "/abc.txt", headers=[("Range", rng)])
 
 
-def test_c11_1_two_ranges(env):
+def test_two_ranges(env):
     r = _get_abc_range(env, "bytes=0-4, 10-14")
     assert r.status in (206, 200), "416 is never acceptable here"
     if r.status == 200:
@@ -160,7 +160,7 @@ def test_c11_1_two_ranges(env):
     assert range_parts(r) == [(0, 4, b"abcde"), (10, 14, b"klmno")]
 
 
-def test_c11_2_overlapping_adjacent_ranges(env):
+def test_overlapping_adjacent_ranges(env):
     r = _get_abc_range(env, "bytes=0-5, 5-10")
     assert r.status in (206, 200), "416 is never acceptable here"
     if r.status == 200:
@@ -170,19 +170,19 @@ def test_c11_2_overlapping_adjacent_ranges(env):
     assert parts in ([(0, 5, b"abcdef"), (5, 10, b"fghijk")], [(0, 10, b"abcdefghijk")])
 
 
-def test_c11_3_partly_satisfiable(env):
+def test_partly_satisfiable(env):
     r = _get_abc_range(env, "bytes=0-1, 100-200")
     assert r.status == 206
     assert range_parts(r) == [(0, 1, b"ab")]
 
 
-def test_c11_4_unsatisfiable(env):
+def test_unsatisfiable(env):
     r = _get_abc_range(env, "bytes=100-200")
     assert r.status == 416
     assert r.header("content-range") == "bytes */26"
 
 
-def test_c11_5_last_pos_clamped(env):
+def test_last_pos_clamped(env):
     r = _get_abc_range(env, "bytes=20-100")
     assert r.status == 206
     assert r.header("content-range") == "bytes 20-25/26"
@@ -191,20 +191,20 @@ def test_c11_5_last_pos_clamped(env):
 
 # --- C13: suffix longer than the representation; overflow ------------------------------------------------------
 
-def test_c13_suffix_longer_than_representation(env):
+def test_suffix_longer_than_representation(env):
     r = _get_abc_range(env, "bytes=-1000")
     assert r.status == 206
     assert r.header("content-range") == "bytes 0-25/26"
     assert r.body == ABC
 
 
-def test_c13_zero_suffix(env):
+def test_zero_suffix(env):
     r = _get_abc_range(env, "bytes=-0")
     assert r.status == 416
     assert r.header("content-range") == "bytes */26"
 
 
-def test_c13_huge_last_pos(env):
+def test_huge_last_pos(env):
     r = _get_abc_range(env, "bytes=0-99999999999999999999999")
     assert r.status < 500
     assert r.status in (206, 200, 416), f"status {r.status}"
@@ -221,7 +221,7 @@ def test_c13_huge_last_pos(env):
 # --- C15: weak ETag and ETag lists in If-None-Match (static part) ------------------------------------------------
 
 @pytest.mark.parametrize("form", ["weak", "list"])
-def test_c15_if_none_match_static(env, form):
+def test_if_none_match_static(env, form):
     et = sut.etag_of(env.www / "abc.txt")
     value = "W/" + et if form == "weak" else f'"zzz", {et}'
     data = build_request("GET", "/abc.txt", headers=[("If-None-Match", value)])
@@ -233,7 +233,7 @@ def test_c15_if_none_match_static(env, form):
 
 # --- C17: headers required in a 304 (static part) ---------------------------------------------------------------
 
-def test_c17_304_headers_static(env):
+def test_headers_static(env):
     full = sut.request(env.port, "GET", "/abc.txt")
     assert full.status == 200
     et = full.header("etag")
@@ -258,7 +258,7 @@ def test_c17_304_headers_static(env):
 
 # --- C19: pipelining, partial pipelined requests, keep-alive and close -------------------------------------------
 
-def test_c19_1_pipelined_with_split_third_request(env):
+def test_pipelined_with_split_third_request(env):
     with Conn(env.port, timeout=10) as c:
         t0 = time.monotonic()
         c.send(GET_ABC + b"GET /index.html HTTP/1.1\r\n" + HOST + b"\r\n" + b"GE")
@@ -277,7 +277,7 @@ def test_c19_1_pipelined_with_split_third_request(env):
         assert c.buf == b""
 
 
-def test_c19_3_http10_closes(env):
+def test_http10_closes(env):
     ex = exchange(env.port, b"GET /abc.txt HTTP/1.0\r\nHost: static.example.com\r\n\r\n", timeout=5)
     r = ex.one()
     assert r.status == 200 and r.body == ABC
