@@ -2,8 +2,9 @@
 // is declared here so that its parts can live in separate files —
 //   connection.cc         the connection's life: reading and parsing heads, pipelining, request bodies (read or
 //                         discarded), the response head and body on the wire, keep-alive and closing;
-//   connection_phases.cc  the request phases (nginx's SERVER_REWRITE, FIND_CONFIG, ACCESS, CONTENT) and the
-//                         answers the connection gives itself: `return`, the `status` location.
+//   connection_phases.cc  the request phases (http/phase.hh: nginx's SERVER_REWRITE, FIND_CONFIG, the modules'
+//                         REWRITE and ACCESS handlers, CONTENT) and the answer the connection gives itself:
+//                         `return`.
 // The small per-event and per-write members stay inline in the class body.
 #pragma once
 
