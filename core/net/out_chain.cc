@@ -46,15 +46,20 @@ OutBlock* OutChain::split_front(uint32_t k) {
   return part;
 }
 
+OutBlock* OutChain::start_for(uint64_t pos, uint64_t* base) const {
+  if (cur_ != nullptr && pos >= cur_base_ + cur_->begin) {
+    *base = cur_base_;
+    return cur_;
+  }
+  *base = front_ - head_->begin;  // stream position of head_->bytes()[0]
+  return head_;
+}
+
 size_t OutChain::copy_out(size_t offset, void* dst, size_t len) {
   if (head_ == nullptr) return 0;
   uint64_t pos = front_ + offset;
-  OutBlock* b = head_;
-  uint64_t base = front_ - head_->begin;  // stream position of b->bytes()[0]
-  if (cur_ != nullptr && pos >= cur_base_ + cur_->begin) {
-    b = cur_;
-    base = cur_base_;
-  }
+  uint64_t base;
+  OutBlock* b = start_for(pos, &base);
   auto* out = static_cast<char*>(dst);
   size_t done = 0;
   while (b != nullptr && done < len) {
@@ -77,12 +82,8 @@ size_t OutChain::copy_out(size_t offset, void* dst, size_t len) {
 SharedBuffer* OutChain::shared_at(size_t offset, size_t len, const char** bytes) {
   if (head_ == nullptr) return nullptr;
   uint64_t pos = front_ + offset;
-  OutBlock* b = head_;
-  uint64_t base = front_ - head_->begin;  // stream position of b->bytes()[0]
-  if (cur_ != nullptr && pos >= cur_base_ + cur_->begin) {
-    b = cur_;
-    base = cur_base_;
-  }
+  uint64_t base;
+  OutBlock* b = start_for(pos, &base);
   while (b != nullptr && pos >= base + b->end) {
     uint64_t end = base + b->end;
     b = b->next;

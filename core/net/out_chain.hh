@@ -263,6 +263,10 @@ class OutChain {
   OutBlock* tail_ = nullptr;
   size_t bytes_ = 0;
   uint64_t front_ = 0;
+  /// Where a read at stream position `pos` starts walking: the cursor if `pos` is at or past it, else the
+  /// head (non-empty chain); *base gets the stream position of that block's bytes()[0].
+  OutBlock* start_for(uint64_t pos, uint64_t* base) const;
+
   OutBlock* cur_ = nullptr;  // the cursor: the block copy_out / shared_at read last...
   uint64_t cur_base_ = 0;    // ...and the stream position of its bytes()[0]
 };
