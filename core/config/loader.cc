@@ -20,13 +20,6 @@ std::vector<std::span<const DirectiveSpec>> directive_tables() {
   return tables;
 }
 
-const Module* find_module(std::string_view name) {
-  for (const Module* m : modules()) {
-    if (m->name == name) return m;
-  }
-  return nullptr;
-}
-
 const DirectiveSpec* find_directive(std::string_view name, uint32_t ctx) {
   static const absl::flat_hash_map<std::string, std::vector<const DirectiveSpec*>> kByName = [] {
     absl::flat_hash_map<std::string, std::vector<const DirectiveSpec*>> m;

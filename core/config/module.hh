@@ -55,9 +55,6 @@ struct Module {
 /// Every module, in registry order (core/modules.cc). Stable for the process's lifetime.
 std::span<Module* const> modules();
 
-/// The module named `name`, or null.
-const Module* find_module(std::string_view name);
-
 // The core's own descriptors (config/core_modules.cc).
 Module& core_module();
 Module& appliance_module();
