@@ -199,15 +199,10 @@ bool CacheModule::handle_cached(http::Exchange& ex) {
   if (!cached_method(req.method, cc)) return false;  // not cached: the proxy forwards it as is
   const bool bypass = any_predicate(cc.bypass, ex);
 
-  std::unique_ptr<http::ContentState>& slot = ex.state();
-  auto* st = dynamic_cast<CacheState*>(slot.get());
-  if (st == nullptr || !st->reusable()) {
-    auto fresh = std::make_unique<CacheState>(*this, ex);
-    fresh->adopt(std::move(slot));
-    st = fresh.get();
-    slot = std::move(fresh);
-  }
-  st->start(*path, std::move(key), bypass);
+  auto st = std::make_unique<CacheState>(*this, ex);
+  CacheState* s = st.get();
+  ex.state() = std::move(st);
+  s->start(*path, std::move(key), bypass);
   return true;
 }
 
@@ -224,51 +219,14 @@ CacheState::~CacheState() {
   std::free(buf_[1]);
 }
 
-bool CacheState::reusable() const {
-  return (phase_ == Phase::kDone || phase_ == Phase::kIdle) && !task_queued_ && !armed() && !reader_.busy() &&
-         store_wait_ == nullptr &&
-         !read_in_flight_ && ex_.pending_output() == 0;
-}
-
 int64_t CacheState::now_s() const { return mod_.reactor().wall_time(); }
 uint64_t CacheState::now_ms() const { return mod_.reactor().now_ms(); }
 
 void CacheState::start(CachePath& path, std::string key, bool bypass) {
-  if (predecessor_ != nullptr && ex_.pending_output() == 0) predecessor_.reset();
-  if (fetch_ != nullptr) mod_.retire(std::move(fetch_));
-  reader_.close();
   path_ = &path;
   key_ = std::move(key);
   primary_ = hash_key(key_);
   hash_ = primary_;
-  variant_ = false;
-  entry_.reset();
-  phase_ = Phase::kIdle;
-  status_ = CacheStatus::kNone;
-  aborted_ = false;
-  released_ = false;
-  waiting_ = false;
-  lock_deadline_ms_ = 0;
-  lock_held_ = false;
-  store_allowed_ = true;
-  revalidating_ = false;
-  have_entry_ = false;
-  passthrough_ = false;
-  draining_ = false;
-  writer_ = nullptr;
-  detach_store_wait();
-  finish_deferred_ = false;
-  expected_length_ = -1;
-  origin_last_modified_ = -1;
-  pass_view_ = PassView::kWhole;
-  stream_pos_ = 0;
-  pieces_.clear();
-  streaming_ = false;
-  read_ready_ = false;
-  hot_meta_ = nullptr;
-  hot_body_ = {};
-  hot_found_ = nullptr;
-  facts_ = CacheFacts{};
   facts_.bypass = bypass;
   step();
 }

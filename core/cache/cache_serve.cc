@@ -210,7 +210,7 @@ void CacheState::read_done(std::string_view data, int error) {
     end_mark_[b] = written_;
     next_buf_ = 1 - b;
   } else {
-    ex_.write(data);  // bytes from the header read (they live in the reader, which the next request reuses)
+    ex_.write(data);  // bytes from the header read (they live in the reader, whose next read reuses them)
     written_ += data.size();
   }
   piece_done_ += data.size();

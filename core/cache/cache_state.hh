@@ -3,9 +3,8 @@
 // function and its actions: lookup, open, uses, lock, fetch, store) and cache_serve.cc (answering from an
 // entry: head, Age, conditionals, ranges, body streaming).
 //
-// Re-entrancy (as in proxy_handler.cc): Exchange::finish(), respond() and abort_response() may start the
-// client's next pipelined request at once, which restarts this object or destroys it (another handler takes
-// the slot). Every path calls them last and returns straight up. Fetches (cache_fetch.hh) are never destroyed
+// Re-entrancy (as in proxy_handler.cc): Exchange::finish(), respond() and abort_response() end the request; the
+// connection may then go on with the client's next one. Every path calls them last and returns straight up. Fetches (cache_fetch.hh) are never destroyed
 // synchronously: they are handed to CacheModule::retire().
 //
 // The origin's response comes to this state as the sink of its CacheFetch: a revalidation's 304 or an error the
@@ -40,10 +39,6 @@ class CacheState final : public http::ContentState,
   CacheState(CacheModule& m, http::Exchange& ex) : mod_(m), ex_(ex) {}
   ~CacheState() override;
 
-  /// Keeps the slot's previous state alive until the client has received what it referenced.
-  void adopt(std::unique_ptr<http::ContentState> old) { predecessor_ = std::move(old); }
-  /// Whether this state can take the next request (no I/O of its own in flight, no bytes it owns pending).
-  bool reusable() const;
   /// Starts the cache flow for the exchange's request in `path` with `key`. May end the exchange.
   void start(CachePath& path, std::string key, bool bypass);
   /// A lock waiter's wake-up (CacheModule::poll): look again.
@@ -108,7 +103,7 @@ class CacheState final : public http::ContentState,
   // A response that fills the cache finishes only once its entry is committed (or abandoned), as nginx renames
   // the temp file before it finalizes the request: the next request, on any core, finds the entry.
   struct StoreWait {
-    CacheState* state = nullptr;  // null once the state stopped caring (destroyed, aborted, restarted)
+    CacheState* state = nullptr;  // null once the state stopped caring (destroyed or aborted)
   };
   void on_store_done();
   void detach_store_wait();
@@ -124,7 +119,6 @@ class CacheState final : public http::ContentState,
 
   CacheModule& mod_;
   http::Exchange& ex_;
-  std::unique_ptr<http::ContentState> predecessor_;
   CachePath* path_ = nullptr;
   std::string key_;
   Hash128 hash_;              // the entry looked up: the key's, or its variant's

@@ -55,7 +55,6 @@ class PurgeState final : public http::ContentState, public disk::DiskCallback {
     for (Slot& s : slots_) s.op.callback = this;
   }
 
-  void adopt(std::unique_ptr<http::ContentState> old) { predecessor_ = std::move(old); }
   void start() { pump(); }
 
   void on_abort() override {
@@ -141,7 +140,6 @@ class PurgeState final : public http::ContentState, public disk::DiskCallback {
       ex_.release();
       return;
     }
-    if (predecessor_ != nullptr && ex_.pending_output() == 0) predecessor_.reset();
     const PurgeResult& r = job_.result();
     if (r.failed > 0) {
       const int status = disk_error_ ? 500 : 503;
@@ -166,7 +164,6 @@ class PurgeState final : public http::ContentState, public disk::DiskCallback {
   disk::DiskQueue& q_;
   config::AioMode aio_;
   std::array<Slot, kWindow> slots_;
-  std::unique_ptr<http::ContentState> predecessor_;
   size_t in_flight_ = 0;
   bool pumping_ = false;
   bool aborted_ = false;
@@ -203,11 +200,9 @@ void start_purge(CacheModule& m, http::Exchange& ex, CachePath& path, const conf
     return;
   }
   ++m.counters().purges;
-  std::unique_ptr<http::ContentState>& slot = ex.state();
   auto st = std::make_unique<PurgeState>(ex, path, pk.target, shown, m.queue_for(path, ex), ex.location().aio);
   PurgeState* p = st.get();
-  st->adopt(std::move(slot));
-  slot = std::move(st);
+  ex.state() = std::move(st);
   p->start();
 }
 

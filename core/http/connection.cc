@@ -1,6 +1,7 @@
-// HttpConnection: the connection's life (contract: connection.hh; the class: connection_impl.hh). Reading and
+// HttpConnection: the connection's life (contract: connection.hh; the classes: connection_impl.hh). Reading and
 // parsing request heads, pipelining, request bodies (read for a handler or discarded), the response head and
-// body on the wire, keep-alive and closing; and HttpServer. The request phases are in connection_phases.cc.
+// body on the wire, keep-alive and closing, the requests' lifetimes; and HttpServer. The request apart from the
+// wire is HttpRequest's (http_request.cc, request_phases.cc).
 #include "core/http/connection.hh"
 
 #include <algorithm>
@@ -23,17 +24,6 @@ namespace {
 constexpr size_t kPipelineHighWater = 256 * 1024;
 constexpr size_t kDiscardChunk = 64 * 1024;
 
-// add_header applies to these statuses unless `always` (nginx ngx_http_headers_filter).
-bool add_header_status(int s) {
-  return s == 200 || s == 201 || s == 204 || s == 206 || s == 301 || s == 302 || s == 303 || s == 304 ||
-         s == 307 || s == 308;
-}
-
-std::string_view rebase(std::string_view v, const char* from, size_t len, const char* to) {
-  if (v.data() >= from && v.data() < from + len) return std::string_view(to + (v.data() - from), v.size());
-  return v;  // static literal ("/" or "*")
-}
-
 }  // namespace
 
 // Timer: client_header_timeout, client_body_timeout, keepalive_timeout, send_timeout.
@@ -49,7 +39,7 @@ void HttpConnection::fire() {
     // client_header_timeout: answer 408 and close.
     KOSOKU_LOG(kInfo, "client timed out (110: Connection timed out) while reading client request headers, "
                "client: %s", remote_addr());
-    send_simple_error(408);
+    reject_head(408);
     return;
   }
   if (state_ == State::kDiscardBody) {
@@ -66,6 +56,7 @@ void HttpConnection::process() {
   if (in_process_) return;
   in_process_ = true;
   while (stream_ != nullptr) {
+    if (retired_ != nullptr) reap_retired();
     if (state_ == State::kBusy && body_sink_ != nullptr && !body_paused_) {
       deliver_body();
       break;
@@ -79,11 +70,7 @@ void HttpConnection::process() {
     if (in.empty()) {
       // The client half-closed (FIN) and every request it sent is answered: close now, as nginx does, instead
       // of idling until keepalive_timeout. (A FIN in the middle of a head or body is handled by on_peer_closed.)
-      if (peer_closed_ && state_ == State::kIdle) {
-        close(net::Stream::Close::kGraceful);
-      } else if (state_ == State::kIdle) {
-        release_request();
-      }
+      if (peer_closed_ && state_ == State::kIdle) close(net::Stream::Close::kGraceful);
       break;
     }
     if (stream_->pending_output() > kPipelineHighWater) {
@@ -91,27 +78,17 @@ void HttpConnection::process() {
       stream_->set_low_water(kPipelineHighWater / 2);
       break;
     }
-    if (state_ == State::kIdle) {
-      state_ = State::kReadingHead;
-      set_stat(&core_.stats->conn_reading);
-      arm(listen_.default_server->client_header_timeout_ms);
-      if (fields_ == nullptr) {
-        fields_ = srv_.take_fields();
-        req_.fields = std::span<HeaderField>(fields_.get(), kMaxFields);
-      }
-    }
-    ParseResult r = parse_request(std::string_view(in.data(), in.size()), req_, limits_, last_len_);
+    if (state_ == State::kIdle) start_head();
+    ParseResult r = parse_request(std::string_view(in.data(), in.size()), req_->parsed(), limits_, last_len_);
     if (r.status == ParseStatus::kPartial) {
       last_len_ = in.size();
       break;
     }
     last_len_ = 0;
     if (r.status == ParseStatus::kError) {
-      server_ = listen_.default_server;
-      loc_ = &server_->base;
       KOSOKU_LOG(kInfo, "client sent invalid request (%s, %d), client: %s", r.reason, r.http_status,
                  stream_->peer_text());
-      send_simple_error(r.http_status);
+      reject_head(r.http_status);
       break;
     }
     start_request(in, r.consumed);
@@ -120,37 +97,17 @@ void HttpConnection::process() {
   in_process_ = false;
 }
 
-void HttpConnection::release_request() {
-  if (fields_ == nullptr) return;  // released already: every request starts by taking a table
-  srv_.give_fields(std::move(fields_));
-  chunked_.reset();
-  req_ = Request{};
-  // Assigning an empty string keeps the capacity: swap with one instead.
-  for (std::string* s : {&head_buf_, &uri_, &host_lower_, &return_body_}) std::string().swap(*s);
-  { ResponseHead last = std::move(head_); }  // moved from: its strings' buffers go with `last`
-  head_ = ResponseHead{};
-  if (state_slot_ != nullptr && state_slot_->on_idle()) state_slot_.reset();
+void HttpConnection::start_head() {
+  state_ = State::kReadingHead;
+  set_stat(&core_.stats->conn_reading);
+  arm(listen_.default_server->client_header_timeout_ms);
+  req_ = std::make_unique<Http1Request>(*this, srv_, *listen_.default_server);
 }
 
 void HttpConnection::start_request(std::span<const char> in, size_t head_len) {
-  // Own the head bytes: the stream's input buffer may move while the request waits for the disk.
-  head_buf_.assign(in.data(), head_len);
-  const char* from = in.data();
-  const char* to = head_buf_.data();
-  auto rb = [&](std::string_view& v) { v = rebase(v, from, head_len, to); };
-  rb(req_.method_text);
-  rb(req_.target);
-  rb(req_.path);
-  rb(req_.query);
-  rb(req_.host);
-  rb(req_.host_name);
-  rb(req_.host_port);
-  for (HeaderField& f : req_.headers()) {
-    rb(f.name);
-    rb(f.value);
-  }
+  Http1Request& r = *req_;
+  r.begin(listen_, in, head_len, core_.reactor->now_ms());
   stream_->consume(head_len);
-  head_bytes_ = head_len;
 
   ++core_.stats->requests;
   ++requests_;
@@ -159,145 +116,102 @@ void HttpConnection::start_request(std::span<const char> in, size_t head_len) {
   // The head is in: client_header_timeout is over (nginx deletes the read timer here). While the request is
   // served the timer runs only for client_body_timeout and send_timeout, armed where they apply.
   arm(0);
-  start_ms_ = core_.reactor->now_ms();
-  head_ = ResponseHead{};
-  head_only_ = req_.method == Method::kHead;
-  head_sent_ = false;
-  out_head_len_ = 0;
-  body_bytes_ = 0;
-  status_ = 0;
+  const Request& q = r.request();
+  chunked_out_ = false;
   body_left_ = 0;
   chunked_.reset();
   body_sink_ = nullptr;
   body_paused_ = false;
-  chunked_out_ = false;
-  body_done_ = req_.body == BodyFraming::kNone;
-  if (req_.body == BodyFraming::kContentLength) body_left_ = *req_.content_length;
-  if (req_.body == BodyFraming::kChunked) chunked_ = std::make_unique<ChunkedDecoder>(ChunkedLimits{});
-
-  // Virtual server by Host (lower-cased), then the location by the normalised path.
-  host_lower_.assign(req_.host_name.data(), req_.host_name.size());
-  absl::AsciiStrToLower(&host_lower_);
-  server_ = listen_.find_server(host_lower_);
-  loc_ = &server_->base;
-  set_limits(*server_);
-  keep_alive_ = req_.keep_alive() && !srv_.shutting_down() && !peer_closed_;
-  run_phases();
+  body_done_ = q.body == BodyFraming::kNone;
+  if (q.body == BodyFraming::kContentLength) body_left_ = *q.content_length;
+  if (q.body == BodyFraming::kChunked) chunked_ = std::make_unique<ChunkedDecoder>(ChunkedLimits{});
+  loc_ = &r.location();
+  set_limits(r.server());
+  r.set_keep_alive(q.keep_alive() && !srv_.shutting_down() && !peer_closed_);
+  r.run_phases();  // may finish the request: r is not touched after this
 }
 
-void HttpConnection::send_head() {
-  if (stream_ == nullptr || head_sent_) return;
-  head_sent_ = true;
-  status_ = head_.status;
-  if (head_.content_length < 0 && status_has_body(status_)) {
+void HttpConnection::reject_head(int status) {
+  ++core_.stats->requests;
+  state_ = State::kBusy;
+  loc_ = &req_->location();
+  req_->reject(status, core_.reactor->now_ms());
+}
+
+void Http1Request::location_chosen() {
+  HttpConnection& c = conn_;
+  c.loc_ = loc_;
+  if (c.chunked_ != nullptr) *c.chunked_ = ChunkedDecoder(ChunkedLimits{.max_body_size = loc_->client_max_body_size});
+  if (loc_->keepalive_timeout_ms == 0 || c.requests_ >= loc_->keepalive_requests) keep_alive_ = false;
+}
+
+int Http1Request::discard_available_body() { return conn_.discard_available_body(); }
+
+void HttpConnection::send_head(Http1Request& r) {
+  if (!answering(r) || r.head_sent_) return;
+  r.head_sent_ = true;
+  const ResponseHead& head = r.head_;
+  const Request& q = r.req_;
+  const int status = r.status_ = head.status;
+  const bool framed = q.version_minor >= 1 && !q.method_text.empty();  // an HTTP/1.1 request (not a rejected head)
+  if (head.content_length < 0 && status_has_body(status)) {
     // Unknown length: chunked for HTTP/1.1 (keeps the connection), close-delimited for HTTP/1.0.
-    if (req_.version_minor >= 1 && !req_.method_text.empty()) {
-      chunked_out_ = !head_only_;
+    if (framed) {
+      chunked_out_ = !r.head_only_;
     } else {
-      keep_alive_ = false;
+      r.keep_alive_ = false;
     }
   }
   std::string& h = srv_.head_scratch;
   h.clear();
-  absl::StrAppend(&h, "HTTP/1.1 ", status_, " ", reason_phrase(status_), "\r\nServer: kosoku\r\nDate: ",
+  absl::StrAppend(&h, "HTTP/1.1 ", status, " ", reason_phrase(status), "\r\nServer: kosoku\r\nDate: ",
                   core_.reactor->http_date(), "\r\n");
-  if (!head_.content_type.empty()) absl::StrAppend(&h, "Content-Type: ", head_.content_type, "\r\n");
-  if (head_.content_length >= 0 && status_ != 304 && status_ != 204 && status_ >= 200) {
-    absl::StrAppend(&h, "Content-Length: ", head_.content_length, "\r\n");
+  if (!head.content_type.empty()) absl::StrAppend(&h, "Content-Type: ", head.content_type, "\r\n");
+  if (head.content_length >= 0 && status != 304 && status != 204 && status >= 200) {
+    absl::StrAppend(&h, "Content-Length: ", head.content_length, "\r\n");
   }
-  if (head_.last_modified >= 0) {
+  if (head.last_modified >= 0) {
     char date[kHttpDateLen];
-    absl::StrAppend(&h, "Last-Modified: ", format_http_date(head_.last_modified, date), "\r\n");
+    absl::StrAppend(&h, "Last-Modified: ", format_http_date(head.last_modified, date), "\r\n");
   }
-  if (!keep_alive_) {
+  if (!r.keep_alive_) {
     h.append("Connection: close\r\n");
   } else {
     h.append("Connection: keep-alive\r\n");
-    if (loc_ != nullptr && loc_->keepalive_header_timeout_s > 0) {
-      absl::StrAppend(&h, "Keep-Alive: timeout=", loc_->keepalive_header_timeout_s, "\r\n");
+    if (r.loc_->keepalive_header_timeout_s > 0) {
+      absl::StrAppend(&h, "Keep-Alive: timeout=", r.loc_->keepalive_header_timeout_s, "\r\n");
     }
   }
-  if (head_.content_length < 0 && status_has_body(status_) && req_.version_minor >= 1 && !req_.method_text.empty()) {
-    h.append("Transfer-Encoding: chunked\r\n");
-  }
-  if (!head_.etag.empty()) absl::StrAppend(&h, "ETag: ", head_.etag, "\r\n");
-  if (!head_.location.empty()) {
+  if (head.content_length < 0 && status_has_body(status) && framed) h.append("Transfer-Encoding: chunked\r\n");
+  if (!head.etag.empty()) absl::StrAppend(&h, "ETag: ", head.etag, "\r\n");
+  if (!head.location.empty()) {
     h.append("Location: ");
-    append_uri_field(head_.location, h);  // whatever set it, a control byte never leaves raw (uri.hh)
+    append_uri_field(head.location, h);  // whatever set it, a control byte never leaves raw (uri.hh)
     h.append("\r\n");
   }
-  if (head_.accept_ranges) h.append("Accept-Ranges: bytes\r\n");
-  h.append(head_.extra);
-  if (loc_ != nullptr) {
-    for (const config::AddHeader& a : loc_->add_header) {
-      if (!a.always && !add_header_status(status_)) continue;
-      if (a.value_tpl == nullptr || !a.value_tpl->has_variables()) {
-        absl::StrAppend(&h, a.name, ": ", a.value, "\r\n");
-        continue;
-      }
-      // nginx: a header whose value expands to "" is not sent.
-      std::string value;
-      RequestVariables vars(*this, RequestVariables::Response{status_, 0, 0, 0}, core_.reactor);
-      config::expand(*a.value_tpl, vars, value);
-      if (!value.empty()) absl::StrAppend(&h, a.name, ": ", value, "\r\n");
-    }
-  }
+  if (head.accept_ranges) h.append("Accept-Ranges: bytes\r\n");
+  h.append(head.extra);
+  r.append_add_headers(status, h);
   h.append("\r\n");
-  out_head_len_ = h.size();
-  stream_->write(h);
+  r.out_head_len_ = h.size();
+  emit(h);
 }
 
-void HttpConnection::respond(int status, std::string_view body, std::string_view content_type) {
-  head_.status = status;
-  if (body.empty() && !(status >= 200 && status < 300)) {
-    body = error_page(status);
-    if (!body.empty()) content_type = "text/html";
-  }
-  if (status == 304 || status == 204 || status < 200) body = {};
-  head_.content_type = content_type;
-  head_.content_length = static_cast<int64_t>(body.size());
-  if (status >= 400) head_.etag.clear();
-  send_head();
-  write(body);
-  finish();
-}
-
-void HttpConnection::redirect(int status, std::string_view location) {
-  head_.location.assign(location);
-  respond(status, {}, {});
-}
-
-void HttpConnection::send_simple_error(int status) {
-  // A request we could not parse: answer and close (never process what follows it on this connection).
-  // It counts as a request, as in nginx's stub_status.
-  ++core_.stats->requests;
-  state_ = State::kBusy;
-  keep_alive_ = false;
-  head_only_ = false;
-  head_ = ResponseHead{};
-  head_sent_ = false;
-  out_head_len_ = 0;
-  body_bytes_ = 0;
-  head_buf_.clear();
-  req_.method_text = {};
-  req_.target = {};
-  start_ms_ = core_.reactor->now_ms();
-  respond(status, {}, {});
-}
-
-void HttpConnection::finish() {
-  if (state_ != State::kBusy) return;
+void HttpConnection::finish(Http1Request& r) {
+  if (req_.get() != &r || state_ != State::kBusy) return;
   if (chunked_out_ && stream_ != nullptr) {
-    stream_->write("0\r\n\r\n");
+    emit("0\r\n\r\n");
     chunked_out_ = false;
   }
   body_sink_ = nullptr;
-  if (ContentState* st = state_slot_.get()) st->on_response_complete();
-  core_.stats->count_response(status_);
-  log_request();
-  req_.release_fields();  // the heap storage of a head with many field lines goes now, not with the connection
+  if (ContentState* st = r.state().get()) st->on_response_complete();
+  core_.stats->count_response(r.status_);
+  r.log(r.body_bytes_ + r.out_head_len_, core_.reactor->now_ms());
+  r.req_.release_fields();  // the heap storage of a head with many field lines goes now, not with the request
+  const bool keep_alive = r.keep_alive_;
+  retire(std::move(req_));
   if (stream_ == nullptr) return;
-  if (!keep_alive_) {
+  if (!keep_alive) {
     // close() sends what is pending (no flush first: the stream can then send the last bytes with the FIN).
     // An unread request body means more bytes are on their way: linger so they cannot reset the answer.
     close(body_done_ ? net::Stream::Close::kGraceful : net::Stream::Close::kLinger);
@@ -314,10 +228,41 @@ void HttpConnection::finish() {
   }
   if (!in_process_) {
     // Finished from a completion (disk read, upstream): the next pipelined request starts from the loop's
-    // task step, never inside the completion that is still on the stack (its op may be reused).
+    // task step, never inside the completion that is still on the stack (its op may be reused); the finished
+    // request is freed there too.
     stream_->flush();
     core_.reactor->post(&process_task_);
   }
+}
+
+void HttpConnection::abort_response(Http1Request& r) {
+  if (req_.get() != &r || state_ != State::kBusy) return;
+  r.keep_alive_ = false;
+  core_.stats->count_response(r.status_);
+  r.log(r.body_bytes_ + r.out_head_len_, core_.reactor->now_ms());
+  close(net::Stream::Close::kAbort);  // on_closed: the content state gets on_abort(); the request stays current
+}
+
+void HttpConnection::retire(std::unique_ptr<Http1Request> r) {
+  // A response whose every byte was copied into the stream is freed at the next safe point; one that
+  // referenced its state's bytes waits until the stream has sent everything committed so far.
+  r->retire_at_ = r->wrote_by_ref() ? committed_ : 0;
+  Http1Request* raw = r.get();
+  if (retired_tail_ == nullptr) {
+    retired_ = std::move(r);
+  } else {
+    retired_tail_->next_retired_ = std::move(r);
+  }
+  retired_tail_ = raw;
+}
+
+void HttpConnection::reap_retired() {
+  const uint64_t sent = stream_ != nullptr ? committed_ - stream_->pending_output() : UINT64_MAX;
+  while (retired_ != nullptr && retired_->retire_at_ <= sent) {
+    std::unique_ptr<Http1Request> next = std::move(retired_->next_retired_);
+    retired_ = std::move(next);  // frees the request and its content state
+  }
+  if (retired_ == nullptr) retired_tail_ = nullptr;
 }
 
 bool HttpConnection::discard_body() {
@@ -379,19 +324,22 @@ int HttpConnection::discard_available_body() {
   return 0;
 }
 
-void HttpConnection::read_body(BodySink* sink) {
+void HttpConnection::read_body(Http1Request& r, BodySink* sink) {
+  if (!answering(r)) return;
   body_sink_ = sink;
   if (body_done_) {
     body_sink_ = nullptr;
     sink->on_body_end();
     return;
   }
-  if (req_.expect_100_continue && req_.version_minor >= 1) {
-    stream_->write("HTTP/1.1 100 Continue\r\n\r\n");
+  const Request& q = r.request();
+  if (q.expect_100_continue && q.version_minor >= 1) {
+    emit("HTTP/1.1 100 Continue\r\n\r\n");
     stream_->flush();
   }
   // An Expect: 100-continue request whose body we do read keeps the connection reusable.
-  keep_alive_ = req_.keep_alive() && !srv_.shutting_down() && !peer_closed_ && requests_ < loc_->keepalive_requests;
+  r.set_keep_alive(q.keep_alive() && !srv_.shutting_down() && !peer_closed_ &&
+                   requests_ < loc_->keepalive_requests);
   arm(loc_->client_body_timeout_ms);
   if (!in_process_) core_.reactor->post(&body_task_);
 }
@@ -400,7 +348,7 @@ void HttpConnection::body_failed(int status) {
   BodySink* sink = body_sink_;
   body_sink_ = nullptr;
   body_done_ = true;  // nothing more is read: the connection closes after the response
-  keep_alive_ = false;
+  if (req_ != nullptr) req_->set_keep_alive(false);
   chunked_.reset();
   body_left_ = 0;
   if (sink != nullptr) sink->on_body_error(status);
@@ -452,12 +400,6 @@ void HttpConnection::deliver_body() {
       return;
     }
   }
-}
-
-void HttpConnection::log_request() {
-  if (srv_.access_log == nullptr || loc_ == nullptr || loc_->access_log.empty()) return;
-  uint64_t request_time = core_.reactor->now_ms() - start_ms_;
-  srv_.access_log->log(*loc_, *this, status_, body_bytes_ + out_head_len_, body_bytes_, request_time);
 }
 
 HttpServer::HttpServer(const CoreContext& core) : core_(core) { core_.server = this; }

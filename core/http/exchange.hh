@@ -1,7 +1,7 @@
-// One request/response exchange on an HTTP/1.1 connection, as seen by content handlers (static files now;
-// proxy and cache later). The connection (connection.hh) parses the request and runs the phases in nginx's
-// order (find server → find location → access → return/status → content → log); the content handler
-// produces the response through this interface and calls finish() exactly once.
+// One request/response exchange, as content handlers see it (static files, proxy, cache, the admin API, the status
+// page). The request (http_request.hh) runs the phases in nginx's order (find server → find location → access →
+// return → content → log); the content handler produces the response through this interface and calls finish()
+// exactly once. The protocol underneath (HTTP/1.1 now: connection_impl.hh) is not visible here.
 #pragma once
 
 #include <sys/socket.h>
@@ -106,15 +106,12 @@ class BodySink {
   ~BodySink() = default;
 };
 
-/// Per-request state of a content module, owned by the exchange and reused across keep-alive requests.
+/// Per-request state of a content module, owned by the request (Exchange::state): every request starts with an
+/// empty slot, and the state goes with its request — once the response is complete and the stream has sent the
+/// bytes the state lent it by reference (write_ref), or after an abort once the state called release().
 class ContentState {
  public:
   virtual ~ContentState() = default;
-  /// The connection went idle after this state's response (keep-alive, nothing pipelined), after
-  /// on_response_complete(): return true if nothing of the state is in flight any more and the exchange may
-  /// free it now (the handler makes a new one for the next request), so an idle connection holds as little
-  /// memory as possible; false keeps it. Default: keep it, as it is.
-  virtual bool on_idle() { return false; }
   /// The client went away while this state had work in flight. The state must stop producing output and
   /// call Exchange::release() once no I/O of its own is in flight (possibly right away).
   virtual void on_abort() = 0;
@@ -125,10 +122,10 @@ class ContentState {
   /// check_broken_connection, proxy_ignore_client_abort off); a static response is still sent (nginx).
   virtual bool abort_on_peer_close() const { return false; }
   /// The response is complete (Exchange::finish ran): everything it needed is in the stream, which keeps
-  /// by-reference bytes alive itself. The state lets go of what only this response needed — open files,
-  /// read buffers — as nginx closes a request's file when the request ends, pipelined request behind it or
-  /// not: an idle keep-alive connection holds no descriptor but its socket. Called inside finish(), before
-  /// the connection's next request can start; the state must produce no more output.
+  /// copied and shared bytes itself. The state lets go of what only this response needed and the stream does
+  /// not reference — open files, spare read buffers — as nginx closes a request's file when the request ends:
+  /// an idle keep-alive connection holds no descriptor but its socket. Called inside finish(); the state must
+  /// produce no more output.
   virtual void on_response_complete() {}
 };
 
@@ -166,7 +163,8 @@ class Exchange {
   /// 301/302/307/308 to `location` with nginx's default body, then finish().
   virtual void redirect(int status, std::string_view location) = 0;
   virtual void write(std::string_view data) = 0;
-  /// Zero-copy: the bytes stay valid until pending_output() drops past them.
+  /// Zero-copy: the bytes belong to the content state, which keeps them unchanged; the request and its state
+  /// live until the stream has sent them, after the response is complete too.
   virtual void write_ref(const char* data, size_t len) = 0;
   /// Zero-copy with a reference instead of a lifetime promise: `len` bytes at `data` inside `buf` (a file
   /// chunk read into it); the connection's stream keeps `buf` as long as it needs the bytes
@@ -190,7 +188,7 @@ class Exchange {
   /// Flow control for read_body: while paused, no on_body_data calls (the socket stops being read once the
   /// input buffer is full).
   virtual void pause_body(bool paused) = 0;
-  /// The request-level slot for the content module's state.
+  /// The request's slot for the content module's state (empty when the content handler is called).
   virtual std::unique_ptr<ContentState>& state() = 0;
 
  protected:

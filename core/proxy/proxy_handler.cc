@@ -20,7 +20,6 @@ std::string upstream_hash_key(const http::Exchange& ex, const ProxyLocationConf&
 }
 
 void ProxyState::start() {
-  if (predecessor_ != nullptr && ex_.pending_output() == 0) predecessor_.reset();
   conf_ = &ex_.location().module<ProxyLocationConf>();
   UpstreamGroup& group = mod_.group(*conf_->upstream);
   const http::Request& req = ex_.request();
@@ -83,15 +82,10 @@ void ProxyState::on_abort() {
 void ProxyModule::handle(http::Exchange& ex) { forward(ex); }
 
 void ProxyModule::forward(http::Exchange& ex) {
-  std::unique_ptr<http::ContentState>& slot = ex.state();
-  auto* st = dynamic_cast<ProxyState*>(slot.get());
-  if (st == nullptr) {
-    auto fresh = std::make_unique<ProxyState>(*this, ex);
-    fresh->adopt(std::move(slot));
-    st = fresh.get();
-    slot = std::move(fresh);
-  }
-  st->start();
+  auto st = std::make_unique<ProxyState>(*this, ex);
+  ProxyState* s = st.get();
+  ex.state() = std::move(st);
+  s->start();
 }
 
 }  // namespace kosoku::proxy

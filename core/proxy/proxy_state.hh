@@ -15,19 +15,14 @@
 
 namespace kosoku::proxy {
 
-// One proxied request (reused across the keep-alive requests of a client connection).
+// One proxied request.
 //
-// Re-entrancy rule: Exchange::finish(), respond() and abort_response() may start the client's next pipelined
-// request at once (this object is then restarted, or destroyed if another handler takes the slot). They are
-// called only from the fetch's last sink calls (on_upstream_end, on_upstream_error) or from client events, last,
-// and every such path returns straight up.
+// Re-entrancy rule: Exchange::finish(), respond() and abort_response() end the request; the connection may then
+// go on with the client's next one. They are called only from the fetch's last sink calls (on_upstream_end,
+// on_upstream_error) or from client events, last, and every such path returns straight up.
 class ProxyState final : public http::ContentState, public UpstreamRequest, public UpstreamSink {
  public:
   ProxyState(ProxyModule& m, http::Exchange& ex) : mod_(m), ex_(ex) {}
-
-  /// Keeps the previous content state of the connection alive until the client has received what it
-  /// referenced (zero-copy buffers).
-  void adopt(std::unique_ptr<http::ContentState> old) { predecessor_ = std::move(old); }
 
   void start();  // may end the exchange
 
@@ -60,7 +55,6 @@ class ProxyState final : public http::ContentState, public UpstreamRequest, publ
 
   ProxyModule& mod_;
   http::Exchange& ex_;
-  std::unique_ptr<http::ContentState> predecessor_;
   const ProxyLocationConf* conf_ = nullptr;
   Phase phase_ = Phase::kIdle;
   UpstreamFetch fetch_;

@@ -242,13 +242,10 @@ void AdminState::handle_put() {
 }
 
 void AdminHandler::handle(http::Exchange& ex) {
-  std::unique_ptr<http::ContentState>& slot = ex.state();
-  auto* st = dynamic_cast<AdminState*>(slot.get());
-  if (st == nullptr) {
-    slot = std::make_unique<AdminState>(core_, ex);
-    st = static_cast<AdminState*>(slot.get());
-  }
-  st->start();
+  auto st = std::make_unique<AdminState>(core_, ex);
+  AdminState* s = st.get();
+  ex.state() = std::move(st);
+  s->start();
 }
 
 }  // namespace kosoku::rules

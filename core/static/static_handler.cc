@@ -47,10 +47,6 @@ class StaticState final : public http::ContentState,
   void start();
 
   // ContentState
-  /// The connection is idle in keep-alive: the state goes (~1 KB), and with it the file, which closes now unless
-  /// open_file_cache keeps it open, as nginx closes a request's file when the request ends; an idle connection
-  /// would hold a descriptor otherwise. Kept only while an open or a read is in flight (never after finish()).
-  bool on_idle() override { return !open_in_flight_ && !read_in_flight_; }
   void on_abort() override {
     aborted_ = true;
     if (!open_in_flight_ && !read_in_flight_) ex_.release();
@@ -58,8 +54,9 @@ class StaticState final : public http::ContentState,
   void on_writable() override {
     if (streaming_) pump();
   }
+  /// The response is out: the file closes now unless open_file_cache keeps it, and the read buffer goes (the
+  /// stream holds what it still sends), even while the request waits for the stream.
   void on_response_complete() override {
-    if (open_in_flight_ || read_in_flight_) return;  // not this state's response (it is being abandoned)
     release_buffer();   // no read buffer (nor a DMA block of the port's pool) on an idle connection
     open_.file.reset(); // nor the file's descriptor (unless open_file_cache keeps it, bounded by its max=)
   }
@@ -477,13 +474,10 @@ void StaticState::read_done(int32_t result) {
 
 void StaticHandler::handle(http::Exchange& ex) {
   if (http::refuse_unless_get_or_head(ex)) return;
-  std::unique_ptr<http::ContentState>& slot = ex.state();
-  auto* st = dynamic_cast<StaticState*>(slot.get());
-  if (st == nullptr) {
-    slot = std::make_unique<StaticState>(ex);
-    st = static_cast<StaticState*>(slot.get());
-  }
-  st->start();
+  auto st = std::make_unique<StaticState>(ex);
+  StaticState* s = st.get();
+  ex.state() = std::move(st);
+  s->start();
 }
 
 config::Module& module() {

@@ -1,32 +1,29 @@
-// HttpConnection's request phases (nginx's phase engine, ngx_http_core_module): the server-level `return`
-// (SERVER_REWRITE), the location (FIND_CONFIG), the body-size and Expect checks, allow/deny (ACCESS) and the
-// content handler the configuration chose for the location; plus the answer the connection gives itself:
-// `return CODE [TEXT|URL]`. The class is declared in connection_impl.hh.
-#include <arpa/inet.h>
-
-#include <cstring>
-
+// A request's phases (nginx's phase engine, ngx_http_core_module; http/phase.hh): URI normalisation
+// (POST_READ), the server-level `return` (SERVER_REWRITE), the location (FIND_CONFIG) and its body-size and
+// Expect checks, the modules' REWRITE and ACCESS handlers (allow/deny) and the content handler the
+// configuration chose for the location; plus the answer the request gives itself: `return CODE [TEXT|URL]`.
+// The class is declared in http_request.hh.
 #include "absl/strings/ascii.h"
-#include "core/base/log.hh"
-#include "core/http/connection_impl.hh"
+#include "core/http/connection.hh"
+#include "core/http/http_request.hh"
 #include "core/http/uri.hh"
 #include "core/http/variables.hh"
 
 namespace kosoku::http {
 
-bool HttpConnection::run_module_phases(Phase phase) {
+bool HttpRequest::run_module_phases(Phase phase) {
   for (const PhaseHandler& h : srv_.phase_handlers(phase)) {
     if (h.run(*this) == PhaseResult::kDone) return true;
   }
   return false;
 }
 
-void HttpConnection::run_phases() {
+void HttpRequest::run_phases() {
   NormalizeResult nr = normalize_path(req_.path, uri_);
   int norm = nr.http_status;
   if (req_.target_form != TargetForm::kOrigin && req_.target_form != TargetForm::kAbsolute) {
     norm = req_.method == Method::kConnect ? 405 : (req_.method == Method::kOptions ? 0 : 400);
-    uri_.assign("*");
+    uri_.assign(1, '*');
   }
   if (norm != 0) {
     keep_alive_ = false;
@@ -41,8 +38,7 @@ void HttpConnection::run_phases() {
   loc_ = server_->find_location(uri_);
   // A logged request keeps its client address even if the client resets before the response is done.
   if (!loc_->access_log.empty()) remote_addr();
-  if (chunked_ != nullptr) *chunked_ = ChunkedDecoder(ChunkedLimits{.max_body_size = loc_->client_max_body_size});
-  if (loc_->keepalive_timeout_ms == 0 || requests_ >= loc_->keepalive_requests) keep_alive_ = false;
+  location_chosen();
 
   // Request body framing limits (RFC 9110 §15.5.14; nginx client_max_body_size).
   uint64_t max_body = loc_->client_max_body_size;
@@ -84,7 +80,7 @@ void HttpConnection::run_phases() {
 
 // `return CODE [TEXT|URL]` (ngx_http_rewrite_module): redirects for 301/302/303/307/308, else a response with
 // TEXT as the body (default_type). Variables in TEXT/URL are expanded.
-void HttpConnection::do_return(const config::ReturnConf& ret) {
+void HttpRequest::do_return(const config::ReturnConf& ret) {
   std::string text = ret.text;
   if (ret.text_tpl != nullptr && ret.text_tpl->has_variables()) {
     text.clear();
@@ -102,7 +98,7 @@ void HttpConnection::do_return(const config::ReturnConf& ret) {
 
 // nginx's ngx_http_set_content_type: the MIME type of $uri's extension in the location's `types`, else
 // default_type.
-std::string_view HttpConnection::content_type_for_uri() const {
+std::string_view HttpRequest::content_type_for_uri() const {
   std::string_view name = uri_;
   size_t slash = name.rfind('/');
   if (slash != std::string_view::npos) name.remove_prefix(slash + 1);

@@ -1,0 +1,119 @@
+// HttpRequest (http_request.hh): the request's head and server, the answers made of a status and a body
+// (respond, redirect), add_header, and the access-log line. The phases are in request_phases.cc.
+#include "core/http/http_request.hh"
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "core/http/connection.hh"
+#include "core/http/status.hh"
+#include "core/http/variables.hh"
+#include "core/reactor/reactor.hh"
+
+namespace kosoku::http {
+
+namespace {
+
+// add_header applies to these statuses unless `always` (nginx ngx_http_headers_filter).
+bool add_header_status(int s) {
+  return s == 200 || s == 201 || s == 204 || s == 206 || s == 301 || s == 302 || s == 303 || s == 304 ||
+         s == 307 || s == 308;
+}
+
+std::string_view rebase(std::string_view v, const char* from, size_t len, const char* to) {
+  if (v.data() >= from && v.data() < from + len) return std::string_view(to + (v.data() - from), v.size());
+  return v;  // static literal ("/" or "*")
+}
+
+}  // namespace
+
+HttpRequest::HttpRequest(HttpServer& srv, const config::ServerConf& default_server)
+    : srv_(srv), core_(srv.core()), fields_(srv.take_fields()), server_(&default_server),
+      loc_(&default_server.base) {
+  req_.fields = std::span<HeaderField>(fields_.get(), HttpServer::kMaxFields);
+}
+
+HttpRequest::~HttpRequest() {
+  content_.reset();  // first: a content state's destructor may still look at its request
+  srv_.give_fields(std::move(fields_));
+}
+
+void HttpRequest::begin(const config::ListenSocket& listen, std::span<const char> in, size_t head_len,
+                        uint64_t now_ms) {
+  // Own the head bytes: the stream's input buffer may move while the request waits for the disk.
+  head_buf_.assign(in.data(), head_len);
+  const char* from = in.data();
+  const char* to = head_buf_.data();
+  auto rb = [&](std::string_view& v) { v = rebase(v, from, head_len, to); };
+  rb(req_.method_text);
+  rb(req_.target);
+  rb(req_.path);
+  rb(req_.query);
+  rb(req_.host);
+  rb(req_.host_name);
+  rb(req_.host_port);
+  for (HeaderField& f : req_.headers()) {
+    rb(f.name);
+    rb(f.value);
+  }
+  head_bytes_ = head_len;
+  start_ms_ = now_ms;
+  head_only_ = req_.method == Method::kHead;
+  // Virtual server by Host (lower-cased); the location follows in the phases.
+  host_lower_.assign(req_.host_name.data(), req_.host_name.size());
+  absl::AsciiStrToLower(&host_lower_);
+  server_ = listen.find_server(host_lower_);
+  loc_ = &server_->base;
+}
+
+void HttpRequest::reject(int status, uint64_t now_ms) {
+  // It counts as a request, as in nginx's stub_status; its log line shows "-" for the request line.
+  std::span<HeaderField> table = req_.fields;
+  req_ = Request{};
+  req_.fields = table;
+  start_ms_ = now_ms;
+  keep_alive_ = false;
+  head_only_ = false;
+  respond(status, {}, {});
+}
+
+void HttpRequest::respond(int status, std::string_view body, std::string_view content_type) {
+  head_.status = status;
+  if (body.empty() && !(status >= 200 && status < 300)) {
+    body = error_page(status);
+    if (!body.empty()) content_type = "text/html";
+  }
+  if (status == 304 || status == 204 || status < 200) body = {};
+  head_.content_type = content_type;
+  head_.content_length = static_cast<int64_t>(body.size());
+  if (status >= 400) head_.etag.clear();
+  send_head();
+  write(body);
+  finish();
+}
+
+void HttpRequest::redirect(int status, std::string_view location) {
+  head_.location.assign(location);
+  respond(status, {}, {});
+}
+
+void HttpRequest::append_add_headers(int status, std::string& h) {
+  for (const config::AddHeader& a : loc_->add_header) {
+    if (!a.always && !add_header_status(status)) continue;
+    if (a.value_tpl == nullptr || !a.value_tpl->has_variables()) {
+      absl::StrAppend(&h, a.name, ": ", a.value, "\r\n");
+      continue;
+    }
+    // nginx: a header whose value expands to "" is not sent.
+    std::string value;
+    RequestVariables vars(*this, RequestVariables::Response{status, 0, 0, 0}, core_.reactor);
+    config::expand(*a.value_tpl, vars, value);
+    if (!value.empty()) absl::StrAppend(&h, a.name, ": ", value, "\r\n");
+  }
+}
+
+void HttpRequest::log(uint64_t bytes_sent, uint64_t now_ms) {
+  if (srv_.access_log == nullptr || loc_->access_log.empty()) return;
+  srv_.access_log->log(*loc_, *this, status_, bytes_sent, body_bytes_, now_ms - start_ms_);
+}
+
+}  // namespace kosoku::http

@@ -1,0 +1,113 @@
+// One request and its response as content handlers see them (Exchange), apart from the wire: the parsed head
+// and the bytes it views, the server and location chosen for it, the phases (request_phases.cc), the response
+// head, the content module's state and the access-log line (http_request.cc). The protocol's connection
+// derives one per request and implements the wire half of Exchange — the head on the wire, body bytes out, the
+// request body in, the end of the message: HTTP/1.1's Http1Request (connection_impl.hh) now, a stream of an
+// HTTP/2 connection next.
+//
+// Lifetime: the connection creates the request when the first byte of its head arrives and owns it. It ends
+// once its response is complete and the stream holds no byte of it by reference (write_ref: the content state
+// owns those bytes), or, after an abort, once the content state has called release(); an idle connection
+// holds no request.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "core/http/exchange.hh"
+#include "core/http/parser.hh"
+#include "core/http/phase.hh"
+
+namespace kosoku::http {
+
+class HttpServer;
+
+class HttpRequest : public Exchange {
+ public:
+  /// Takes a field-line table from the server's pool for the head; `server` is the listen socket's default
+  /// server until the head names another.
+  HttpRequest(HttpServer& srv, const config::ServerConf& default_server);
+  virtual ~HttpRequest();
+  HttpRequest(const HttpRequest&) = delete;
+  HttpRequest& operator=(const HttpRequest&) = delete;
+
+  // ---- Exchange: the request
+  const Request& request() const override { return req_; }
+  std::string_view uri() const override { return uri_; }
+  std::string_view args() const override { return req_.query; }
+  const config::ServerConf& server() const override { return *server_; }
+  const config::LocationConf& location() const override { return *loc_; }
+  const CoreContext& core() const override { return core_; }
+  std::string_view host() const override { return host_lower_; }
+  uint64_t request_length() const override { return head_bytes_; }
+  ResponseHead& head() override { return head_; }
+  const ResponseHead& head() const override { return head_; }
+  std::unique_ptr<ContentState>& state() override { return content_; }
+  void respond(int status, std::string_view body, std::string_view content_type) override;
+  void redirect(int status, std::string_view location) override;
+
+  // ---- For the connection that carries the request.
+  /// The head being parsed (its field table is the request's).
+  Request& parsed() { return req_; }
+  /// The head is complete: its `head_len` bytes at the start of `in` are copied into the request (the views of
+  /// parsed() are moved onto the copy, so the connection may consume its input) and the virtual server is
+  /// chosen by the lower-cased host (config/conf.hh: nginx's order).
+  void begin(const config::ListenSocket& listen, std::span<const char> in, size_t head_len, uint64_t now_ms);
+  /// A head that could not be parsed: the default server's error answer (`status`), logged with "-" for the
+  /// request line. The head's views are dropped first: they point into input the connection discards.
+  void reject(int status, uint64_t now_ms);
+  /// POST_READ through CONTENT (http/phase.hh), nginx's order; the content handler may finish at once or later.
+  void run_phases();
+  /// The access-log line of the finished request (LOG phase): `bytes_sent` is what the wire sent for it.
+  void log(uint64_t bytes_sent, uint64_t now_ms);
+  /// Whether the response referenced body bytes without copying them (write_ref): the request, whose content
+  /// state owns those bytes, then lives until the stream has sent them.
+  bool wrote_by_ref() const { return wrote_by_ref_; }
+  /// Whether the connection may carry another request after this one (HTTP/1.1 persistence, RFC 9112 §9.3):
+  /// set by the connection, cleared by the phases where the request's framing can no longer be trusted.
+  bool keep_alive() const { return keep_alive_; }
+  void set_keep_alive(bool on) { keep_alive_ = on; }
+  /// The status the response head was sent with (0 before send_head) and the body bytes sent.
+  int status() const { return status_; }
+  uint64_t body_bytes() const { return body_bytes_; }
+
+ protected:
+  /// The location is chosen (FIND_CONFIG): the wire applies its limits (request body size, persistence).
+  virtual void location_chosen() {}
+  /// Discards the request body bytes that have already arrived, for an answer that never reads the body;
+  /// returns 0, or the status of a malformed body.
+  virtual int discard_available_body() = 0;
+  /// The location's add_header fields for a response with `status` (nginx's headers filter: only for the
+  /// statuses it names unless `always`; a value that expands to "" is not sent), each "Name: value\r\n".
+  void append_add_headers(int status, std::string& h);
+
+  HttpServer& srv_;
+  const CoreContext& core_;
+  Request req_;
+  std::unique_ptr<HeaderField[]> fields_;  // the pooled field table req_ views (HttpServer::take_fields)
+  std::string head_buf_;                   // the head's bytes, which req_ views
+  std::string uri_;
+  std::string host_lower_;
+  const config::ServerConf* server_;
+  const config::LocationConf* loc_;
+  ResponseHead head_;
+  std::string return_body_;
+  std::unique_ptr<ContentState> content_;
+  uint64_t start_ms_ = 0;
+  uint64_t head_bytes_ = 0;
+  uint64_t body_bytes_ = 0;
+  int status_ = 0;
+  bool keep_alive_ = true;
+  bool head_only_ = false;   // a HEAD request: no body bytes go out
+  bool head_sent_ = false;
+  bool wrote_by_ref_ = false;
+
+ private:
+  bool run_module_phases(Phase phase);
+  /// `return CODE [TEXT|URL]` (ngx_http_rewrite_module).
+  void do_return(const config::ReturnConf& ret);
+  std::string_view content_type_for_uri() const;
+};
+
+}  // namespace kosoku::http
