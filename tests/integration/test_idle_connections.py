@@ -5,9 +5,10 @@ a loop nothing per event and little memory.
   idle stays within a small factor of the same client's latency before they were opened. A server that walks its
   connections per event (a timer scan, a poll set rebuilt, a linear search) adds ~1 ms per 10,000 and fails it.
 - Memory: kosoku's RSS growth per idle connection, once fresh (accepted, nothing received) and once idle in
-  keep-alive after one request: the buffers of a request (input buffer, output block, sendmsg arguments, the
-  field-line table, the request's strings, the static handler's open file) are given back when the connection
-  goes idle, as nginx frees its request on keep-alive (ngx_http_set_keepalive).
+  keep-alive after one request: the request object (its head, field-line table, response head and strings, the
+  static handler's state and open file) and the connection's buffers (input buffer, output block, sendmsg
+  arguments) are given back when the connection goes idle, as nginx frees its request on keep-alive
+  (ngx_http_set_keepalive).
 Needs RLIMIT_NOFILE above 10,000 for this process and kosoku (raised here; skipped if the hard limit cannot be).
 About 10-20 s.
 """
@@ -32,13 +33,15 @@ WORKER_CONNECTIONS = 6_000  # x 2 workers: room for N spread by SO_REUSEPORT, wi
 REQUEST = b"GET /index.html HTTP/1.1\r\nHost: t\r\n\r\n"
 BATCH = 100
 
-# RSS per idle connection, KiB, with headroom over what is measured on the release build: 1.9 KiB fresh (the
-# HttpConnection and its KernelStream, in mimalloc's 1536- and 384-byte size classes), 2.5 KiB after one request
-# each (1.9 KiB per connection and a one-time ~4 MB of pools and allocator pages: a second round of requests on the
-# same connections adds nothing). Before the buffers were given back on idle: 7.5 and 17.9 KiB, and every idle
-# keep-alive connection held its static file open (with open_file_cache off the 10,000 requests failed EMFILE).
-MAX_FRESH_KIB = 2.5
-MAX_KEEPALIVE_KIB = 3.0
+# RSS per idle connection, KiB, with headroom over what is measured on the release build: 0.76 KiB fresh (the
+# HttpConnection, 376 bytes, and its KernelStream, each in mimalloc's 384-byte size class; a request object exists
+# only from the first byte of a head until its response is sent), 1.4 KiB after one request each (0.76 KiB per
+# connection and a one-time ~6 MB of pools and allocator pages: a second round of requests on the same connections
+# adds nothing). While the connection held its request (head, response head, strings): 2.2 and 2.8 KiB; before the
+# buffers were given back on idle: 7.5 and 17.9 KiB, and every idle keep-alive connection held its static file open
+# (with open_file_cache off the 10,000 requests failed EMFILE).
+MAX_FRESH_KIB = 1.25
+MAX_KEEPALIVE_KIB = 2.0
 
 
 def rss_kib(pid: int) -> int:
