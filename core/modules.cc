@@ -9,6 +9,7 @@
 #include "core/config/module.hh"
 #include "core/http/variables.hh"
 #include "core/proxy/proxy_conf.hh"
+#include "core/rewrite/rewrite_conf.hh"
 #include "core/rules/rules_core.hh"
 #include "core/static/static_handler.hh"
 #include "core/stats/status_module.hh"
@@ -16,13 +17,14 @@
 namespace kosoku::config {
 
 std::span<Module* const> modules() {
-  static const std::array<Module*, 12> kModules = [] {
-    std::array<Module*, 12> list = {
+  static const std::array<Module*, 13> kModules = [] {
+    std::array<Module*, 13> list = {
         &core_module(),       // main context: workers, error_log, disk_queue, events, http
         &appliance_module(),  // appliance { }
         &http_core_module(),  // server, listen, server_name, location, client_* limits
-        &http_module(),       // root, index, try_files, add_header, return, access_log, ...
+        &http_module(),       // root, index, try_files, add_header, access_log, ...
         &http::variables_module(),  // $uri, $host, $http_NAME, $status, $upstream_*, ...
+        &rewrite::module(),   // return (SERVER_REWRITE, REWRITE phases)
         &access::module(),    // allow, deny (ACCESS phase)
         &rules::module(),
         &cache::module(),     // before the proxy: it serves the proxy_pass locations with proxy_cache

@@ -39,16 +39,6 @@ struct CacheBuildState {
   std::vector<NameRef> purge_zone_refs;  // `proxy_cache_purge ZONE KEY`
 };
 
-std::shared_ptr<const Template> compile_value(Builder& b, const Arg& a) {
-  std::string err;
-  Template t = compile(a.value, a.loc, &err);
-  if (!err.empty()) {
-    if (b.error.empty()) b.error = err;
-    return nullptr;
-  }
-  return std::make_shared<const Template>(std::move(t));
-}
-
 // `proxy_cache_path PATH [levels=L[:L[:L]]] keys_zone=NAME:SIZE [inactive=T] [max_size=S] [use_temp_path=on|off]
 // [disk_queue=NAME] [loader_*=] [manager_*=];`
 bool set_cache_path(Builder& b, Scope& s, const Directive& d) {
@@ -148,7 +138,7 @@ bool set_proxy_cache(Builder& b, Scope& s, const Directive& d) {
   if (a.value.empty()) return fail_invalid_value(b, d, 0);
   c.enabled = true;
   if (a.value.find('$') != std::string::npos) {
-    c.zone_tpl = compile_value(b, a);
+    c.zone_tpl = compile_arg(b, a);
     c.zone.clear();
     return c.zone_tpl != nullptr;
   }
@@ -160,7 +150,7 @@ bool set_proxy_cache(Builder& b, Scope& s, const Directive& d) {
 
 bool set_cache_key(Builder& b, Scope& s, const Directive& d) {
   if (d.args[0].value.empty()) return fail_invalid_value(b, d, 0);
-  auto t = compile_value(b, d.args[0]);
+  auto t = compile_arg(b, d.args[0]);
   if (!t) return false;
   s.loc->module<CacheLocConf>().key = std::move(t);
   s.loc->module<CacheLocConf>().key_text = d.args[0].value;
@@ -218,7 +208,7 @@ bool set_cache_methods(Builder& b, Scope& s, const Directive& d) {
 bool set_predicates(Builder& b, Scope& s, const Directive& d) {
   auto& list = d.name == "proxy_cache_bypass" ? s.loc->module<CacheLocConf>().bypass : s.loc->module<CacheLocConf>().no_cache;
   for (const Arg& a : d.args) {
-    auto t = compile_value(b, a);
+    auto t = compile_arg(b, a);
     if (!t) return false;
     list.push_back(std::move(t));
   }
@@ -329,7 +319,7 @@ bool set_cache_purge(Builder& b, Scope& s, const Directive& d) {
         return b.fail(d.args[i].loc, absl::StrCat("invalid parameter ", quoted(d.args[i].value)));
       }
     }
-    p.key = compile_value(b, d.args[1]);
+    p.key = compile_arg(b, d.args[1]);
     if (!p.key) return false;
     if (d.args[1].value.empty()) return fail_invalid_value(b, d, 1);
     if (!p.any_host) {
@@ -404,7 +394,7 @@ int64_t parse_percent(std::string_view v) {
 // `split_clients STRING $variable { P% value; ... * value; }` (http).
 bool set_split_clients(Builder& b, Scope& s, const Directive& d) {
   SplitClientsConf sc;
-  sc.source = compile_value(b, d.args[0]);
+  sc.source = compile_arg(b, d.args[0]);
   if (!sc.source) return false;
   std::string_view var = d.args[1].value;
   if (var.size() < 2 || var[0] != '$') {

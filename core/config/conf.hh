@@ -99,13 +99,6 @@ struct AddHeader {
   std::shared_ptr<const Template> value_tpl;  // `value` compiled (variables validated); never null
 };
 
-/// `return CODE [TEXT|URL];` / `return URL;` (server, location).
-struct ReturnConf {
-  int code = 0;          // 0: no return directive
-  std::string text;      // body text or redirect URL; may contain variables
-  std::shared_ptr<const Template> text_tpl;  // `text` compiled; null when code == 0
-};
-
 /// `access_log off | PATH [FORMAT];` FORMAT names a `log_format` (default "combined").
 struct AccessLogConf {
   std::string path;
@@ -170,7 +163,6 @@ struct LocationConf {
   std::vector<AddHeader> add_header;
   bool etag = true;
   IfModifiedSince if_modified_since = IfModifiedSince::kExact;
-  ReturnConf ret;
   AioMode aio = AioMode::kIoUring;
   std::string aio_queue = "default";          // a DiskQueueConf name
   OpenFileCacheConf open_file_cache;

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <limits>
 #include <span>
 #include <string>
@@ -123,6 +124,9 @@ C& target(Scope& s) {
 bool fail_invalid_value(Builder& b, const Directive& d, size_t arg, std::string_view extra = {});
 /// Parses `on`/`off` (nginx's ngx_conf_set_flag_slot wording on error).
 bool parse_flag_arg(Builder& b, const Directive& d, size_t arg, bool* out);
+/// Compiles argument `a` as a string with variables (config/variables.hh) whose values get `escape`; null with
+/// the error recorded at `a`'s location (the first error of the build is kept).
+std::shared_ptr<const Template> compile_arg(Builder& b, const Arg& a, LogEscape escape = LogEscape::kNone);
 
 /// `NAME on|off;`
 template <auto M>

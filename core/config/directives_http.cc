@@ -1,13 +1,12 @@
 // Location-level HTTP directives (allowed in http, server and location unless noted): files, timeouts,
 // limits, logging, headers and disk I/O. nginx modules they come from: ngx_http_core_module,
-// ngx_http_index_module, ngx_http_log_module, ngx_http_headers_module, ngx_http_rewrite_module (`return`).
-// allow/deny are the access module's (core/access/).
+// ngx_http_index_module, ngx_http_log_module, ngx_http_headers_module. allow/deny are the access module's
+// (core/access/), `return` the rewrite module's (core/rewrite/).
 //
 // Inheritance follows nginx's merge functions: a block that sets none of a slot's directives takes the
 // enclosing block's value; lists (index, add_header, access_log) are inherited whole and only
-// when the block has none of their own. Not inherited: try_files, return (as in nginx, they act
-// only where written; the engine checks the server's `base.ret` before choosing a location, nginx's
-// server-rewrite phase).
+// when the block has none of their own. Not inherited: try_files (as in nginx, it acts only where
+// written).
 //
 // Accepted for nginx compatibility with no effect (documented no-ops): `sendfile on|off` (kosoku always
 // streams files through its disk queues in sendfile_max_chunk pieces), `tcp_nopush on|off`,
@@ -24,18 +23,6 @@
 namespace kosoku::config {
 
 namespace {
-
-// Compiles a string with variables; the error (if any) is recorded at `a`'s location.
-std::shared_ptr<const Template> compile_arg(Builder& b, const Arg& a, LogEscape escape = LogEscape::kNone) {
-  std::string err;
-  Template t = compile(a.value, a.loc, &err);
-  if (!err.empty()) {
-    b.error = b.error.empty() ? err : b.error;
-    return nullptr;
-  }
-  t.escape = escape;
-  return std::make_shared<const Template>(std::move(t));
-}
 
 // `root PATH;` / `alias PATH;` share one slot (nginx: "alias" directive is duplicate, "root" directive is
 // specified before). A trailing '/' of root is dropped (nginx). Variables are not supported in paths.
@@ -215,34 +202,6 @@ bool set_open_file_cache(Builder& b, Scope& s, const Directive& d) {
   return true;
 }
 
-// `return CODE [TEXT|URL];` / `return URL;` (server, location). URL form: http://, https:// or $scheme
-// start → 302. CODE 0..999 (nginx allows its own 444 and the like).
-bool set_return(Builder& b, Scope& s, const Directive& d) {
-  ReturnConf r;
-  const Arg& first = d.args[0];
-  const Arg* text = d.args.size() == 2 ? &d.args[1] : nullptr;
-  if (d.args.size() == 1 && (first.value.rfind("http://", 0) == 0 || first.value.rfind("https://", 0) == 0 ||
-                             first.value.rfind("$scheme", 0) == 0)) {
-    r.code = 302;
-    text = &first;
-  } else {
-    auto code = parse_number(first.value, 999);
-    if (!code) return b.fail(first.loc, absl::StrCat("invalid return code ", quoted(first.value)));
-    r.code = static_cast<int>(*code);
-  }
-  if (text) {
-    r.text = text->value;
-    // A redirect's URL becomes the Location field: its variables are percent-encoded (variables.hh, kUri).
-    const bool redirect = r.code == 301 || r.code == 302 || r.code == 303 || r.code == 307 || r.code == 308;
-    r.text_tpl = compile_arg(b, *text, redirect ? LogEscape::kUri : LogEscape::kNone);
-    if (!r.text_tpl) return false;
-  } else {
-    r.text_tpl = std::make_shared<const Template>();
-  }
-  s.loc->ret = std::move(r);
-  return true;
-}
-
 // `add_header NAME VALUE [always];`
 bool set_add_header(Builder& b, Scope& s, const Directive& d) {
   AddHeader h;
@@ -377,7 +336,6 @@ constexpr DirectiveSpec kHttpDirectives[] = {
      .set = [](Builder& b, Scope& s, const Directive& d) { return parse_flag_arg(b, d, 0, &s.loc->open_file_cache.errors); },
      .merge_loc = [](LocationConf& c, const LocationConf& p) { c.open_file_cache.errors = p.open_file_cache.errors; },
      .default_value = "off"},
-    {.name = "return", .contexts = kCtxServerAny, .args = kTake12, .set = set_return},
     {.name = "add_header", .contexts = kCtxHttpAny, .args = kTake23, .flags = kMulti, .set = set_add_header,
      .merge_loc = inherit<&LocationConf::add_header>},
     {.name = "etag", .contexts = kCtxHttpAny, .args = kTake1, .set = set_flag<&LocationConf::etag>,

@@ -9,6 +9,7 @@
 #include "core/config/lexer.hh"
 #include "core/config/module.hh"
 #include "core/config/parser.hh"
+#include "core/config/variables.hh"
 
 namespace kosoku::config {
 
@@ -75,6 +76,17 @@ bool Builder::walk(Scope& scope, const std::vector<Directive>& body) {
 bool fail_invalid_value(Builder& b, const Directive& d, size_t arg, std::string_view extra) {
   return b.fail(d.args[arg].loc, absl::StrCat("invalid value ", quoted(d.args[arg].value), " in ", quoted(d.name),
                                               " directive", std::string(extra)));
+}
+
+std::shared_ptr<const Template> compile_arg(Builder& b, const Arg& a, LogEscape escape) {
+  std::string err;
+  Template t = compile(a.value, a.loc, &err);
+  if (!err.empty()) {
+    if (b.error.empty()) b.error = err;
+    return nullptr;
+  }
+  t.escape = escape;
+  return std::make_shared<const Template>(std::move(t));
 }
 
 bool parse_flag_arg(Builder& b, const Directive& d, size_t arg, bool* out) {

@@ -185,6 +185,11 @@ class Exchange {
   /// Start delivering the request body to `sink` (once per request). Sends `100 Continue` first when the
   /// client asked for it (RFC 9110 §10.1.1). Enforces client_max_body_size (413) and client_body_timeout.
   virtual void read_body(BodySink* sink) = 0;
+  /// For an answer that never reads the request body (nginx's ngx_http_discard_request_body): what has arrived
+  /// of it is dropped now, the rest after the response. Returns 0, or the status of a malformed body, which is
+  /// then the answer (the connection closes after it): a response that promised keep-alive and then closed
+  /// would be worse.
+  virtual int discard_request_body() = 0;
   /// Flow control for read_body: while paused, no on_body_data calls (the socket stops being read once the
   /// input buffer is full).
   virtual void pause_body(bool paused) = 0;

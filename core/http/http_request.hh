@@ -46,6 +46,11 @@ class HttpRequest : public Exchange {
   std::unique_ptr<ContentState>& state() override { return content_; }
   void respond(int status, std::string_view body, std::string_view content_type) override;
   void redirect(int status, std::string_view location) override;
+  int discard_request_body() override {
+    const int status = discard_available_body();
+    if (status != 0) keep_alive_ = false;
+    return status;
+  }
 
   // ---- For the connection that carries the request.
   /// The head being parsed (its field table is the request's).
@@ -75,8 +80,8 @@ class HttpRequest : public Exchange {
  protected:
   /// The location is chosen (FIND_CONFIG): the wire applies its limits (request body size, persistence).
   virtual void location_chosen() {}
-  /// Discards the request body bytes that have already arrived, for an answer that never reads the body;
-  /// returns 0, or the status of a malformed body.
+  /// Discards the request body bytes that have already arrived (Exchange::discard_request_body); returns 0, or
+  /// the status of a malformed body.
   virtual int discard_available_body() = 0;
   /// The location's add_header fields for a response with `status` (nginx's headers filter: only for the
   /// statuses it names unless `always`; a value that expands to "" is not sent), each "Name: value\r\n".
@@ -92,7 +97,6 @@ class HttpRequest : public Exchange {
   const config::ServerConf* server_;
   const config::LocationConf* loc_;
   ResponseHead head_;
-  std::string return_body_;
   std::unique_ptr<ContentState> content_;
   uint64_t start_ms_ = 0;
   uint64_t head_bytes_ = 0;
@@ -105,9 +109,6 @@ class HttpRequest : public Exchange {
 
  private:
   bool run_module_phases(Phase phase);
-  /// `return CODE [TEXT|URL]` (ngx_http_rewrite_module).
-  void do_return(const config::ReturnConf& ret);
-  std::string_view content_type_for_uri() const;
 };
 
 }  // namespace kosoku::http

@@ -173,17 +173,6 @@ bool parse_upstream_address(std::string_view s, bool resolve, std::vector<Resolv
   return true;
 }
 
-std::shared_ptr<const Template> compile_value(Builder& b, const Arg& a, LogEscape escape = LogEscape::kNone) {
-  std::string err;
-  Template t = compile(a.value, a.loc, &err);
-  if (!err.empty()) {
-    if (b.error.empty()) b.error = err;
-    return nullptr;
-  }
-  t.escape = escape;
-  return std::make_shared<const Template>(std::move(t));
-}
-
 // `server ADDRESS [weight=N] [max_fails=N] [fail_timeout=TIME] [backup] [down];`
 bool upstream_server(Builder& b, UpstreamConf& up, const Directive& d) {
   if (d.args.empty()) return b.fail(d.loc, "invalid number of arguments in \"server\" directive");
@@ -267,7 +256,7 @@ bool set_upstream_hash(Builder& b, Scope&, const Directive& d) {
   if (d.args.size() == 2 && d.args[1].value != "consistent") {
     return b.fail(d.args[1].loc, absl::StrCat("invalid parameter ", quoted(d.args[1].value)));
   }
-  up.hash_key = compile_value(b, d.args[0]);
+  up.hash_key = compile_arg(b, d.args[0]);
   if (!up.hash_key) return false;
   up.hash_key_text = d.args[0].value;
   up.hash_consistent = d.args.size() == 2;
@@ -372,7 +361,7 @@ bool set_proxy_set_header(Builder& b, Scope& s, const Directive& d) {
   h.value = d.args[1].value;
   if (h.value.find_first_of(std::string_view("\r\n\0", 3)) != std::string::npos) return fail_invalid_value(b, d, 1);
   // A field of the request sent upstream: control bytes in variables become SP (variables.hh, kField).
-  h.value_tpl = compile_value(b, d.args[1], LogEscape::kField);
+  h.value_tpl = compile_arg(b, d.args[1], LogEscape::kField);
   if (!h.value_tpl) return false;
   s.loc->module<ProxyLocationConf>().set_header.push_back(std::move(h));
   return true;
@@ -479,8 +468,8 @@ bool set_proxy_redirect(Builder& b, Scope& s, const Directive& d) {
   } else {
     // Both are URIs of a Location or Refresh field: variables percent-encoded (variables.hh, kUri), so the
     // pattern compares with the upstream's encoded URI and the replacement cannot split the field.
-    r.redirect_tpl = compile_value(b, d.args[0], LogEscape::kUri);
-    r.replacement_tpl = compile_value(b, d.args[1], LogEscape::kUri);
+    r.redirect_tpl = compile_arg(b, d.args[0], LogEscape::kUri);
+    r.replacement_tpl = compile_arg(b, d.args[1], LogEscape::kUri);
     if (!r.redirect_tpl || !r.replacement_tpl) return false;
   }
   p.redirect.push_back(std::move(r));

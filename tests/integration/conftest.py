@@ -92,6 +92,10 @@ def http_config(www: Path, extra: Path, port: int, timeout_port: int, workdir: P
         location /protected/ {{
             deny all;
         }}
+        location = /protected-return {{
+            deny all;
+            return 200 "returned\\n";
+        }}
         location = /whoami {{
             return 200 "static\\n";
         }}

@@ -67,6 +67,12 @@ def test_deny_all_location(env, target):
     assert b"TOPSECRET" not in r.body
 
 
+def test_return_answers_before_access_checks(env):
+    # nginx's order: `return` belongs to the REWRITE phase, which runs before ACCESS (allow/deny).
+    r = get(env, "/protected-return")
+    assert (r.status, r.body) == (200, b"returned\n")
+
+
 def test_date_header_on_every_response(env):
     for target in ("/abc.txt", "/nope", "/protected/secret.txt", "/dir"):
         r = get(env, target)

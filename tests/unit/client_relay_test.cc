@@ -68,6 +68,7 @@ class RecordingClient final : public http::Exchange {
   void release() override {}
   void read_body(http::BodySink*) override {}
   void pause_body(bool) override {}
+  int discard_request_body() override { return 0; }
   std::unique_ptr<http::ContentState>& state() override { return state_; }
 
   const config::ServerConf* server_ = nullptr;
