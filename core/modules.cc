@@ -23,12 +23,12 @@ std::span<Module* const> modules() {
         &appliance_module(),  // appliance { }
         &http_core_module(),  // server, listen, server_name, location, client_* limits
         &http_module(),       // root, index, try_files, add_header, access_log, ...
-        &http::variables_module(),  // $uri, $host, $http_NAME, $status, $upstream_*, ...
+        &http::variables_module(),  // $uri, $host, $http_NAME, $status, ...
         &rewrite::module(),   // return (SERVER_REWRITE, REWRITE phases)
         &access::module(),    // allow, deny (ACCESS phase)
         &rules::module(),
         &cache::module(),     // before the proxy: it serves the proxy_pass locations with proxy_cache
-        &proxy::module(),
+        &proxy::module(),     // proxy_pass, upstream { }, $proxy_*, $upstream_*
         &network_module(),    // network kernel|dpdk, dpdk { } (checked once the listen addresses are final)
         &stats::status_module(),
         &static_files::module(),

@@ -17,7 +17,7 @@ CacheFetch::CacheFetch(http::Exchange& client, const Options& opts, bool detache
   if (detached_) copy_request(req);
 }
 
-void CacheFetch::start(proxy::ProxyModule& proxy, proxy::UpstreamSink& sink, http::UpstreamState& record) {
+void CacheFetch::start(proxy::ProxyModule& proxy, proxy::UpstreamSink& sink, proxy::UpstreamState& record) {
   http::Exchange& ex = *client_;  // the client's exchange is there while the fetch starts
   const proxy::ProxyLocationConf& pc = loc_->module<proxy::ProxyLocationConf>();
   proxy::UpstreamGroup& group = proxy.group(*pc.upstream);
@@ -36,7 +36,7 @@ void CacheFetch::start(proxy::ProxyModule& proxy, proxy::UpstreamSink& sink, htt
   if (detached_) client_ = nullptr;
 }
 
-void CacheFetch::hand_over(proxy::UpstreamSink& sink, http::UpstreamState& record) {
+void CacheFetch::hand_over(proxy::UpstreamSink& sink, proxy::UpstreamState& record) {
   if (client_ != nullptr) copy_request(client_->request());
   client_ = nullptr;
   fetch_.hand_over(*this, sink, record);

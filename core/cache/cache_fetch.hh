@@ -37,10 +37,10 @@ class CacheFetch final : public proxy::UpstreamRequest {
 
   /// Sends the request with `proxy`'s upstream group of the location; the response goes to `sink`, the tries to
   /// `record`. Every sink call may come from inside this one.
-  void start(proxy::ProxyModule& proxy, proxy::UpstreamSink& sink, http::UpstreamState& record);
+  void start(proxy::ProxyModule& proxy, proxy::UpstreamSink& sink, proxy::UpstreamState& record);
   /// The client went away (its exchange is still valid during this call): its request is copied, and `sink` and
   /// `record` get the rest of the fetch. The request body must be complete.
-  void hand_over(proxy::UpstreamSink& sink, http::UpstreamState& record);
+  void hand_over(proxy::UpstreamSink& sink, proxy::UpstreamState& record);
   /// Nobody follows the fetch any more (proxy::UpstreamFetch::detach); it forgets the client.
   void detach();
 

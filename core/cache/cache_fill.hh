@@ -105,7 +105,7 @@ class BackgroundFill final : public proxy::UpstreamSink {
   bool holds_lock_ = true;
   bool no_cache_ = false;
   std::unique_ptr<CacheFetch> fetch_;
-  http::UpstreamState tries_;  // the fetch's record (no client response carries it)
+  proxy::UpstreamState tries_;  // the fetch's record (no client response carries it)
   StoreWriter* writer_ = nullptr;
   int64_t expected_ = -1;
   int64_t request_time_ = 0;

@@ -480,7 +480,7 @@ void CacheState::fetch(CacheStatus status, bool revalidate, bool store_allowed) 
   fetch_ = std::make_unique<CacheFetch>(ex_, opts, false);
   request_time_ = now_s();
   relay_.reset(ex_, ex_.location().module<proxy::ProxyLocationConf>(), this);
-  fetch_->start(mod_.proxy(), *this, ex_.head().upstream);  // may call back before returning
+  fetch_->start(mod_.proxy(), *this, proxy::upstream_state(ex_));  // may call back before returning
 }
 
 // The cache answers from the entry instead (a 304 revalidation, a stale copy): the fetch reads the rest of the
@@ -540,7 +540,7 @@ void CacheState::on_upstream_head(const http::ParsedResponse& resp) {
   http::ResponseHead& h = ex_.head();
   proxy::build_response_head(resp, ex_.location().module<proxy::ProxyLocationConf>(), h);
   proxy::rewrite_redirects(ex_, ex_.location().module<proxy::ProxyLocationConf>(), h);
-  h.cache_status = cache_status_name(status_);
+  set_cache_status(ex_, status_);
   pass_view_ = PassView::kWhole;
   if (h.status == 200) {
     // The origin's body streams by once: several ranges only in ascending order; none without a length.
@@ -727,7 +727,7 @@ void CacheState::fetch_failed(int status) {
     return;
   }
   phase_ = Phase::kDone;
-  ex_.head().cache_status = cache_status_name(status_);
+  set_cache_status(ex_, status_);
   ex_.respond(status);
 }
 

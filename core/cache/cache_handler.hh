@@ -23,7 +23,7 @@
 //      does too (STALE) while a detached fetch refreshes it;
 //   6. STALE on origin errors (use_stale error/timeout/http_5xx...), never for must-revalidate,
 //      proxy-revalidate, s-maxage or no-cache responses (§4.2.4).
-// $upstream_cache_status (ResponseHead::cache_status) is set on every cached-location response.
+// $upstream_cache_status (set_cache_status) is set on every cached-location response.
 //
 // The origin is reached through a CacheFetch (cache_fetch.hh): the proxy's UpstreamFetch (upstreams, retries,
 // timeouts, framing) with the cache as its sink, so nothing impersonates a client.
@@ -42,6 +42,9 @@
 #include "core/proxy/proxy_handler.hh"
 
 namespace kosoku::cache {
+
+/// Records `status` as the request's $upstream_cache_status (the cache module's RequestCtx; cache_module.cc).
+void set_cache_status(http::Exchange& ex, CacheStatus status);
 
 class CacheState;
 struct EntryMeta;

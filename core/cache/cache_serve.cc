@@ -86,7 +86,7 @@ void CacheState::serve(CacheStatus status) {
   proxy::rewrite_redirects(ex_, ex_.location().module<proxy::ProxyLocationConf>(), h);  // as on the MISS that stored it (nginx)
   const uint64_t size = m.body_size;
   h.content_length = static_cast<int64_t>(size);
-  h.cache_status = cache_status_name(status);
+  set_cache_status(ex_, status);
   absl::StrAppend(&h.extra, "Age: ", m.freshness.current_age(now_s()), "\r\n");
 
   pieces_.clear();

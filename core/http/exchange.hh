@@ -52,27 +52,6 @@ struct CoreContext {
   const std::vector<const stats::CoreStats*>* all_stats = nullptr;
 };
 
-/// One try of an upstream server for a request (nginx's ngx_http_upstream_state_t), kept with the response for
-/// $upstream_addr, $upstream_status, $upstream_*_time and $upstream_response_length (core/http/variables.cc).
-/// Times are milliseconds on the loop's clock; -1: not (yet) known.
-struct UpstreamTry {
-  std::string_view addr;      // "127.0.0.1:8081" / "[::1]:8081": text owned by the configuration
-  int status = 0;             // the response's status; 502/504 for a try that failed without one; 0: none yet
-  uint64_t start_ms = 0;      // when the try began
-  int64_t connect_ms = -1;    // connection established (0 for a cached keepalive connection)
-  int64_t header_ms = -1;     // the response head received
-  int64_t response_ms = -1;   // the try ended
-  uint64_t length = 0;        // response body bytes received from the upstream
-};
-
-/// The upstream tries of one request, in order (proxy_next_upstream makes several). Past kMaxTries the last
-/// slot is reused.
-struct UpstreamState {
-  static constexpr size_t kMaxTries = 8;
-  UpstreamTry tries[kMaxTries];
-  uint8_t count = 0;
-};
-
 /// Response head fields a handler sets before send_head(). Content-Length -1: unknown — the body is sent
 /// with chunked transfer coding to HTTP/1.1 clients (RFC 9112 §7.1) and close-delimited to HTTP/1.0 ones.
 struct ResponseHead {
@@ -84,11 +63,14 @@ struct ResponseHead {
   std::string location;               // absolute-path or URL for redirects
   std::string extra;                  // further header lines, each "Name: value\r\n"
   bool accept_ranges = false;
-  /// $upstream_cache_status of this response (MISS, BYPASS, EXPIRED, STALE, UPDATING, REVALIDATED, HIT), set
-  /// by the proxy cache (core/cache); empty when the cache was not involved. Points at a static string.
-  std::string_view cache_status;
-  /// The upstream tries behind this response (set by the proxy, core/proxy); count 0 when none.
-  UpstreamState upstream;
+};
+
+/// What a module keeps of one request beside the content state (nginx's ngx_http_get_module_ctx): the
+/// proxy's upstream tries for $upstream_*, the cache's $upstream_cache_status. A module derives its own type,
+/// creates it on first use (module_ctx) and reads it back from its variables; it goes with the request.
+class RequestCtx {
+ public:
+  virtual ~RequestCtx() = default;
 };
 
 /// Receives the request body (decoded: Content-Length bytes or de-chunked data) of a handler that reads it.
@@ -195,10 +177,26 @@ class Exchange {
   virtual void pause_body(bool paused) = 0;
   /// The request's slot for the content module's state (empty when the content handler is called).
   virtual std::unique_ptr<ContentState>& state() = 0;
+  /// Module `m`'s data for this request (RequestCtx): the slot, empty until the module fills it.
+  virtual std::unique_ptr<RequestCtx>& ctx(const config::Module& m) = 0;
+  virtual const RequestCtx* ctx(const config::Module& m) const = 0;
 
  protected:
   ~Exchange() = default;
 };
+
+/// Module `m`'s RequestCtx of type T for the exchange's request, created on first use.
+template <class T>
+T& module_ctx(Exchange& ex, const config::Module& m) {
+  std::unique_ptr<RequestCtx>& slot = ex.ctx(m);
+  if (slot == nullptr) slot = std::make_unique<T>();
+  return static_cast<T&>(*slot);
+}
+/// The RequestCtx of type T module `m` made for the request, or null.
+template <class T>
+const T* module_ctx(const Exchange& ex, const config::Module& m) {
+  return static_cast<const T*>(ex.ctx(m));
+}
 
 /// The content phase: produces the response for an exchange. Stateless; per-request state goes in
 /// Exchange::state().

@@ -37,6 +37,15 @@ HttpRequest::~HttpRequest() {
   srv_.give_fields(std::move(fields_));
 }
 
+std::unique_ptr<RequestCtx>& HttpRequest::ctx(const config::Module& m) {
+  if (m.index >= ctx_.size()) ctx_.resize(config::modules().size());
+  return ctx_[m.index];
+}
+
+const RequestCtx* HttpRequest::ctx(const config::Module& m) const {
+  return m.index < ctx_.size() ? ctx_[m.index].get() : nullptr;
+}
+
 void HttpRequest::begin(const config::ListenSocket& listen, std::span<const char> in, size_t head_len,
                         uint64_t now_ms) {
   // Own the head bytes: the stream's input buffer may move while the request waits for the disk.

@@ -14,6 +14,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "core/http/exchange.hh"
 #include "core/http/parser.hh"
@@ -44,6 +45,8 @@ class HttpRequest : public Exchange {
   ResponseHead& head() override { return head_; }
   const ResponseHead& head() const override { return head_; }
   std::unique_ptr<ContentState>& state() override { return content_; }
+  std::unique_ptr<RequestCtx>& ctx(const config::Module& m) override;
+  const RequestCtx* ctx(const config::Module& m) const override;
   void respond(int status, std::string_view body, std::string_view content_type) override;
   void redirect(int status, std::string_view location) override;
   int discard_request_body() override {
@@ -98,6 +101,7 @@ class HttpRequest : public Exchange {
   const config::LocationConf* loc_;
   ResponseHead head_;
   std::unique_ptr<ContentState> content_;
+  std::vector<std::unique_ptr<RequestCtx>> ctx_;  // by Module::index; empty until a module keeps data
   uint64_t start_ms_ = 0;
   uint64_t head_bytes_ = 0;
   uint64_t body_bytes_ = 0;

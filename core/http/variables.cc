@@ -47,55 +47,6 @@ void append_seconds(int64_t ms, std::string& out) {
   absl::StrAppend(&out, ms / 1000, ".", absl::Dec(ms % 1000, absl::kZeroPad3));
 }
 
-// Which figure of an upstream try a $upstream_* variable prints.
-enum class TryField { kAddr, kStatus, kResponseTime, kConnectTime, kHeaderTime, kResponseLength };
-
-// The $upstream_* variables (ngx_http_upstream_module), from what the proxy recorded in ResponseHead::upstream:
-// one value per try, joined by ", " (nginx's separator between the servers of one upstream group); not set
-// when the request went to no upstream. A try that is still running reports the time so far as its response
-// time.
-template <TryField F>
-bool upstream_value(Src src, std::string_view, std::string& out) {
-  const UpstreamState& st = src.exchange().head().upstream;
-  if (st.count == 0) return false;
-  for (size_t i = 0; i < st.count; ++i) {
-    const UpstreamTry& t = st.tries[i];
-    if (i > 0) out.append(", ");
-    int64_t ms = -1;
-    switch (F) {
-      case TryField::kAddr:
-        out.append(t.addr);
-        continue;
-      case TryField::kStatus:
-        if (t.status != 0) {
-          absl::StrAppend(&out, t.status);
-        } else {
-          out.push_back('-');
-        }
-        continue;
-      case TryField::kResponseLength:
-        absl::StrAppend(&out, t.length);
-        continue;
-      case TryField::kConnectTime:
-        ms = t.connect_ms;
-        break;
-      case TryField::kHeaderTime:
-        ms = t.header_ms;
-        break;
-      case TryField::kResponseTime:
-        ms = t.response_ms;
-        if (ms < 0 && src.reactor() != nullptr) ms = static_cast<int64_t>(src.reactor()->now_ms() - t.start_ms);
-        break;
-    }
-    if (ms >= 0) {
-      append_seconds(ms, out);
-    } else {
-      out.push_back('-');
-    }
-  }
-  return true;
-}
-
 // $time_local / $time_iso8601.
 template <bool Iso>
 bool time_value(Src src, std::string_view, std::string& out) {
@@ -274,13 +225,6 @@ constexpr config::Variable kHttpVariables[] = {
     {"connection", [](Src s, std::string_view, std::string& out) { absl::StrAppend(&out, s.exchange().connection_id()); return true; }},
     {"connection_requests",
      [](Src s, std::string_view, std::string& out) { absl::StrAppend(&out, s.exchange().connection_requests()); return true; }},
-    {"upstream_cache_status",
-     [](Src s, std::string_view, std::string& out) {
-       std::string_view v = s.exchange().head().cache_status;  // set by the proxy cache (core/cache)
-       if (s.response() == nullptr || v.empty()) return false;
-       out.append(v);
-       return true;
-     }},
     {"document_root", [](Src s, std::string_view, std::string& out) { out.append(s.exchange().location().root); return true; }},
     {"realpath_root", [](Src s, std::string_view, std::string& out) { out.append(s.exchange().location().root); return true; }},
     {"content_type",
@@ -299,12 +243,6 @@ constexpr config::Variable kHttpVariables[] = {
      }},
     {"pid", [](Src, std::string_view, std::string& out) { absl::StrAppend(&out, getpid()); return true; }},
     {"hostname", &hostname_value},
-    {"upstream_addr", &upstream_value<TryField::kAddr>},
-    {"upstream_status", &upstream_value<TryField::kStatus>},
-    {"upstream_response_time", &upstream_value<TryField::kResponseTime>},
-    {"upstream_connect_time", &upstream_value<TryField::kConnectTime>},
-    {"upstream_header_time", &upstream_value<TryField::kHeaderTime>},
-    {"upstream_response_length", &upstream_value<TryField::kResponseLength>},
 };
 
 }  // namespace

@@ -1,4 +1,4 @@
-// Request-time variables ($uri, $host, $http_NAME, $status, $upstream_*, ...): nginx's ngx_http_variables, and
+// Request-time variables ($uri, $host, $http_NAME, $status, ...): nginx's ngx_http_variables, and
 // the source every template is expanded against (config/variables.hh). Values that depend on the response
 // (status, bytes) come from RequestVariables::Response; without one they are not set.
 #pragma once

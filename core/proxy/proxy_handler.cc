@@ -33,7 +33,7 @@ void ProxyState::start() {
   plan.body = req.body;
   plan.content_length = req.content_length.value_or(0);
   relay_.reset(ex_, *conf_);
-  fetch_.start(group, plan, *this, *this, ex_.head().upstream);
+  fetch_.start(group, plan, *this, *this, upstream_state(ex_));
 }
 
 void ProxyState::on_upstream_head(const http::ParsedResponse& resp) {

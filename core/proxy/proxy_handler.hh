@@ -14,7 +14,7 @@
 //   - content cut off (EOF, reset, read timeout, bad chunk) aborts the client connection, so the client never
 //     sees a truncated response as complete. A client that goes away (reset, or FIN while the upstream works:
 //     nginx's check_broken_connection) cancels the fetch, which closes the upstream connection (never cached).
-// Every try is recorded in the response head (http::UpstreamState) for $upstream_addr, $upstream_status,
+// Every try is recorded with the request (upstream_state.hh) for $upstream_addr, $upstream_status,
 // $upstream_*_time and $upstream_response_length.
 // Pipelined client requests are answered in order: the client connection hands over one request at a time.
 //

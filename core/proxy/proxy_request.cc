@@ -42,42 +42,6 @@ bool cache_answers(HeaderToken t) {
 
 }  // namespace
 
-namespace {
-
-using Src = const config::VariableSource&;
-
-// ngx_http_proxy_module's variables: meaningful in a proxy_pass location, empty elsewhere.
-constexpr config::Variable kProxyVariables[] = {
-    {"proxy_host",
-     [](Src s, std::string_view, std::string& out) {
-       out.append(s.exchange().location().module<ProxyLocationConf>().proxy_host);
-       return true;
-     }},
-    {"proxy_port",
-     [](Src s, std::string_view, std::string& out) {
-       absl::StrAppend(&out, s.exchange().location().module<ProxyLocationConf>().proxy_port);
-       return true;
-     }},
-    // nginx: every X-Forwarded-For line joined with ", ", then $remote_addr.
-    {"proxy_add_x_forwarded_for",
-     [](Src s, std::string_view, std::string& out) {
-       bool any = false;
-       for (const HeaderField& f : s.exchange().request().headers()) {
-         if (f.token != HeaderToken::kXForwardedFor) continue;
-         if (any) out.append(", ");
-         out.append(f.value);
-         any = true;
-       }
-       if (any) out.append(", ");
-       out.append(s.exchange().remote_addr());
-       return true;
-     }},
-};
-
-}  // namespace
-
-std::span<const config::Variable> variables() { return kProxyVariables; }
-
 void append_escaped_uri(std::string_view s, std::string& out) {
   static constexpr char kHex[] = "0123456789ABCDEF";
   for (char ch : s) {

@@ -30,9 +30,9 @@ UpstreamFetch::~UpstreamFetch() {
   if (up_ != nullptr) up_->close();
 }
 
-http::UpstreamTry* UpstreamFetch::current_try() { return proxy::current_try(*record_); }
+UpstreamTry* UpstreamFetch::current_try() { return proxy::current_try(*record_); }
 
-int64_t UpstreamFetch::try_elapsed(const http::UpstreamTry& t) const {
+int64_t UpstreamFetch::try_elapsed(const UpstreamTry& t) const {
   return proxy::try_elapsed(t, group_->reactor().now_ms());
 }
 
@@ -44,7 +44,7 @@ std::string UpstreamFetch::upstream_text() const {
 }
 
 void UpstreamFetch::start(UpstreamGroup& group, const Plan& plan, UpstreamRequest& request, UpstreamSink& sink,
-                          http::UpstreamState& record) {
+                          UpstreamState& record) {
   group_ = &group;
   conf_ = plan.conf;
   request_ = &request;
@@ -88,7 +88,7 @@ void UpstreamFetch::detach() {
   if (phase_ == Phase::kBody && up_paused_) resume();  // a paused upstream goes on now
 }
 
-void UpstreamFetch::hand_over(UpstreamRequest& request, UpstreamSink& sink, http::UpstreamState& record) {
+void UpstreamFetch::hand_over(UpstreamRequest& request, UpstreamSink& sink, UpstreamState& record) {
   record = *record_;
   record_ = &record;
   request_ = &request;
@@ -155,7 +155,7 @@ void UpstreamFetch::connect_next() {
   head_deadline_ms_ = 0;
   interim_bytes_ = 0;
   if (up_->connected()) {
-    if (http::UpstreamTry* t = current_try()) t->connect_ms = 0;  // a cached keepalive connection
+    if (UpstreamTry* t = current_try()) t->connect_ms = 0;  // a cached keepalive connection
     phase_ = Phase::kWaitingHead;
     send_request();
     return;
@@ -166,7 +166,7 @@ void UpstreamFetch::connect_next() {
 
 void UpstreamFetch::on_upstream_connected() {
   if (deferred_status_ != 0 || phase_ != Phase::kConnecting) return;
-  if (http::UpstreamTry* t = current_try()) t->connect_ms = try_elapsed(*t);
+  if (UpstreamTry* t = current_try()) t->connect_ms = try_elapsed(*t);
   phase_ = Phase::kWaitingHead;
   send_request();
 }

@@ -24,7 +24,7 @@
 //   5. a response that ended cleanly on an HTTP/1.1 (or keep-alive) connection whose request was fully sent
 //      returns the connection to the group's keepalive cache; everything else closes it. cancel() (the client
 //      went away) closes the connection (never cached).
-// Every try is recorded in an http::UpstreamState (address, status, connect/header/response times, body bytes;
+// Every try is recorded in an UpstreamState (address, status, connect/header/response times, body bytes;
 // upstream_state.hh) for $upstream_addr, $upstream_status, $upstream_*_time and $upstream_response_length.
 //
 // Re-entrancy: on_upstream_end() and on_upstream_error() are the fetch's last act — it has released its
@@ -46,6 +46,7 @@
 #include "core/proxy/proxy_conf.hh"
 #include "core/proxy/proxy_request.hh"
 #include "core/proxy/upstream.hh"
+#include "core/proxy/upstream_state.hh"
 #include "core/reactor/reactor.hh"
 
 namespace kosoku::proxy {
@@ -113,7 +114,7 @@ class UpstreamFetch final : public http::BodySink, public UpstreamUser, public r
   /// Starts the fetch (a finished one may be started again). `record` receives the tries. Every sink call may
   /// come from inside this one.
   void start(UpstreamGroup& group, const Plan& plan, UpstreamRequest& request, UpstreamSink& sink,
-             http::UpstreamState& record);
+             UpstreamState& record);
   /// The sink wants content again after upstream_room() returned 0 (or may take staged bytes now).
   void resume();
   /// resume() as a callback that may outlive the fetch (e.g. a cache writer's drained(), StoreWriter::backlogged):
@@ -128,7 +129,7 @@ class UpstreamFetch final : public http::BodySink, public UpstreamUser, public r
   void detach();
   /// Hands the fetch over: `sink`, `request` and `record` replace the current ones (`record` starts as a copy of
   /// the tries so far). The request body must be complete (it is never read again).
-  void hand_over(UpstreamRequest& request, UpstreamSink& sink, http::UpstreamState& record);
+  void hand_over(UpstreamRequest& request, UpstreamSink& sink, UpstreamState& record);
   /// Nothing is in flight: the fetch ended (end, error, cancel) and no failure is queued.
   bool done() const { return phase_ == Phase::kIdle || (phase_ == Phase::kDone && !task_queued_); }
   /// The sink has the head and the content is being read.
@@ -185,11 +186,11 @@ class UpstreamFetch final : public http::BodySink, public UpstreamUser, public r
   }
   void close_upstream(PeerResult result);
   // $upstream_* bookkeeping (upstream_state.hh).
-  http::UpstreamTry* current_try();
-  int64_t try_elapsed(const http::UpstreamTry& t) const;
+  UpstreamTry* current_try();
+  int64_t try_elapsed(const UpstreamTry& t) const;
   void end_try(int status);
   void count_received(size_t n) {
-    if (http::UpstreamTry* t = current_try()) t->length += n;
+    if (UpstreamTry* t = current_try()) t->length += n;
   }
   std::string upstream_text() const;
   std::string context() const { return request_->log_context(upstream_text()); }
@@ -198,8 +199,8 @@ class UpstreamFetch final : public http::BodySink, public UpstreamUser, public r
   const ProxyLocationConf* conf_ = nullptr;
   UpstreamRequest* request_ = nullptr;
   UpstreamSink* sink_ = nullptr;
-  http::UpstreamState* record_ = nullptr;
-  http::UpstreamState own_record_;  // the tries once the sink detached
+  UpstreamState* record_ = nullptr;
+  UpstreamState own_record_;  // the tries once the sink detached
   Balancer::Attempt attempt_;
   UpstreamConnection* up_ = nullptr;
   int up_peer_ = -1;

@@ -122,7 +122,7 @@ void UpstreamFetch::read_head() {
 }
 
 void UpstreamFetch::on_response_head() {
-  if (http::UpstreamTry* t = current_try()) {
+  if (UpstreamTry* t = current_try()) {
     t->status = resp_.status;
     t->header_ms = try_elapsed(*t);
   }

@@ -11,11 +11,12 @@
 #include "core/config/loader.hh"
 #include "core/http/exchange.hh"
 #include "core/proxy/client_relay.hh"
+#include "tests/unit/test_exchange.hh"
 
 namespace kosoku::proxy {
 namespace {
 
-class RecordingClient final : public http::Exchange {
+class RecordingClient final : public testing::TestExchange {
  public:
   struct Write {
     std::string bytes;
@@ -33,26 +34,10 @@ class RecordingClient final : public http::Exchange {
     return s;
   }
 
-  const http::Request& request() const override { return req_; }
-  std::string_view uri() const override { return "/"; }
-  std::string_view args() const override { return {}; }
-  const config::ServerConf& server() const override { return *server_; }
-  const config::LocationConf& location() const override { return *loc_; }
-  const http::CoreContext& core() const override { return core_; }
-  std::string_view remote_addr() const override { return "192.0.2.1"; }
-  uint16_t server_port() const override { return 80; }
-  uint64_t connection_id() const override { return 1; }
-  uint64_t connection_requests() const override { return 1; }
-  std::string_view host() const override { return {}; }
-  uint64_t request_length() const override { return 0; }
-  http::ResponseHead& head() override { return head_; }
-  const http::ResponseHead& head() const override { return head_; }
   void send_head() override {
     head_sent = true;
     pending += 17;  // a head's bytes, queued like any output
   }
-  void respond(int, std::string_view, std::string_view) override {}
-  void redirect(int, std::string_view) override {}
   void write(std::string_view d) override {
     writes.push_back({std::string(d), false});
     pending += d.size();
@@ -63,22 +48,6 @@ class RecordingClient final : public http::Exchange {
   }
   size_t pending_output() const override { return pending; }
   void set_low_water(size_t bytes) override { low_water = bytes; }
-  void finish() override {}
-  void abort_response() override {}
-  void release() override {}
-  void read_body(http::BodySink*) override {}
-  void pause_body(bool) override {}
-  int discard_request_body() override { return 0; }
-  std::unique_ptr<http::ContentState>& state() override { return state_; }
-
-  const config::ServerConf* server_ = nullptr;
-  const config::LocationConf* loc_ = nullptr;
-
- private:
-  http::Request req_;
-  http::CoreContext core_;
-  http::ResponseHead head_;
-  std::unique_ptr<http::ContentState> state_;
 };
 
 ProxyLocationConf buffers(bool buffering, size_t num, size_t size, size_t busy, size_t buffer_size) {

@@ -16,64 +16,33 @@
 #include "core/http/uri.hh"
 #include "core/http/variables.hh"
 #include "core/proxy/proxy_request.hh"
+#include "tests/unit/test_exchange.hh"
 
 namespace kosoku::proxy {
 namespace {
 
 /// The request side of an exchange, as the connection would present it.
-class RequestOnly final : public http::Exchange {
+class RequestOnly final : public testing::TestExchange {
  public:
   RequestOnly(const config::MainConf& conf, std::string raw) : raw_(std::move(raw)) {
-    req_.fields = fields_;
-    http::ParseResult r = http::parse_request(raw_, req_, http::ParserLimits{});
+    req.fields = fields_;
+    http::ParseResult r = http::parse_request(raw_, req, http::ParserLimits{});
     EXPECT_EQ(r.status, http::ParseStatus::kComplete) << r.reason;
-    http::normalize_path(req_.path, uri_);
-    core_.conf = &conf;  // the configuration, as a core has it (split_clients, $cache_rule defaults)
-    server_ = conf.http.servers[0].get();
-    loc_ = server_->find_location(uri_);
-    host_ = std::string(req_.host_name);
-    for (char& c : host_) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    http::normalize_path(req.path, uri_text);
+    core_ctx.conf = &conf;  // the configuration, as a core has it (split_clients, $cache_rule defaults)
+    server_conf = conf.http.servers[0].get();
+    loc = server_conf->find_location(uri_text);
+    host_lower = std::string(req.host_name);
+    for (char& c : host_lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    client_addr = "192.0.2.10";
+    port = 8080;
+    head_length = raw_.size();
   }
-  const http::Request& request() const override { return req_; }
-  std::string_view uri() const override { return uri_; }
-  std::string_view args() const override { return req_.query; }
-  const config::ServerConf& server() const override { return *server_; }
-  const config::LocationConf& location() const override { return *loc_; }
-  const http::CoreContext& core() const override { return core_; }
-  std::string_view remote_addr() const override { return "192.0.2.10"; }
-  uint16_t server_port() const override { return 8080; }
   uint64_t connection_id() const override { return 7; }
-  uint64_t connection_requests() const override { return 1; }
-  std::string_view host() const override { return host_; }
-  uint64_t request_length() const override { return raw_.size(); }
-  http::ResponseHead& head() override { return head_; }
-  const http::ResponseHead& head() const override { return head_; }
-  void send_head() override {}
-  void respond(int, std::string_view, std::string_view) override {}
-  void redirect(int, std::string_view) override {}
-  void write(std::string_view) override {}
-  void write_ref(const char*, size_t) override {}
-  size_t pending_output() const override { return 0; }
-  void set_low_water(size_t) override {}
-  void finish() override {}
-  void abort_response() override {}
-  void release() override {}
-  void read_body(http::BodySink*) override {}
-  void pause_body(bool) override {}
-  int discard_request_body() override { return 0; }
-  std::unique_ptr<http::ContentState>& state() override { return state_; }
 
  private:
   std::string raw_;
   http::HeaderField fields_[64];
-  http::Request req_;
-  std::string uri_;
-  std::string host_;
-  const config::ServerConf* server_ = nullptr;
-  const config::LocationConf* loc_ = nullptr;
-  http::CoreContext core_;
-  http::ResponseHead head_;
-  std::unique_ptr<http::ContentState> state_;
 };
 
 std::unique_ptr<const config::MainConf> load(const std::string& http_body) {
@@ -604,7 +573,7 @@ TEST(ProxyVariablesTest, UpstreamStateFormats) {
   };
   EXPECT_EQ(expand(config::LogEscape::kNone), "|||||");
   EXPECT_EQ(expand(config::LogEscape::kDefault), "-|-|-|-|-|-");
-  http::UpstreamState& st = ex.head().upstream;
+  proxy::UpstreamState& st = ex.head().upstream;
   st.count = 2;
   st.tries[0].addr = "127.0.0.1:8001";
   st.tries[0].status = 502;
