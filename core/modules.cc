@@ -7,6 +7,7 @@
 #include "core/access/access_conf.hh"
 #include "core/cache/cache_conf.hh"
 #include "core/config/module.hh"
+#include "core/headers/headers_conf.hh"
 #include "core/http/variables.hh"
 #include "core/proxy/proxy_conf.hh"
 #include "core/rewrite/rewrite_conf.hh"
@@ -17,15 +18,16 @@
 namespace kosoku::config {
 
 std::span<Module* const> modules() {
-  static const std::array<Module*, 13> kModules = [] {
-    std::array<Module*, 13> list = {
+  static const std::array<Module*, 14> kModules = [] {
+    std::array<Module*, 14> list = {
         &core_module(),       // main context: workers, error_log, disk_queue, events, http
         &appliance_module(),  // appliance { }
         &http_core_module(),  // server, listen, server_name, location, client_* limits
-        &http_module(),       // root, index, try_files, add_header, access_log, ...
+        &http_module(),       // root, index, try_files, access_log, ...
         &http::variables_module(),  // $uri, $host, $http_NAME, $status, ...
         &rewrite::module(),   // return (SERVER_REWRITE, REWRITE phases)
         &access::module(),    // allow, deny (ACCESS phase)
+        &headers::module(),   // add_header (a response head filter)
         &rules::module(),
         &cache::module(),     // before the proxy: it serves the proxy_pass locations with proxy_cache
         &proxy::module(),     // proxy_pass, upstream { }, $proxy_*, $upstream_*

@@ -91,14 +91,6 @@ struct AccessRule {
   int prefix = 0;         // CIDR prefix length in bits
 };
 
-/// `add_header NAME VALUE [always];` value may contain variables ($uri ...).
-struct AddHeader {
-  std::string name;
-  std::string value;
-  bool always = false;
-  std::shared_ptr<const Template> value_tpl;  // `value` compiled (variables validated); never null
-};
-
 /// `access_log off | PATH [FORMAT];` FORMAT names a `log_format` (default "combined").
 struct AccessLogConf {
   std::string path;
@@ -160,7 +152,6 @@ struct LocationConf {
   uint64_t sendfile_max_chunk = 2 << 20;
 
   std::vector<AccessLogConf> access_log;      // empty: access_log off
-  std::vector<AddHeader> add_header;
   bool etag = true;
   IfModifiedSince if_modified_since = IfModifiedSince::kExact;
   AioMode aio = AioMode::kIoUring;

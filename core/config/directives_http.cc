@@ -1,10 +1,10 @@
 // Location-level HTTP directives (allowed in http, server and location unless noted): files, timeouts,
 // limits, logging, headers and disk I/O. nginx modules they come from: ngx_http_core_module,
-// ngx_http_index_module, ngx_http_log_module, ngx_http_headers_module. allow/deny are the access module's
-// (core/access/), `return` the rewrite module's (core/rewrite/).
+// ngx_http_index_module, ngx_http_log_module. allow/deny are the access module's (core/access/), `return` the
+// rewrite module's (core/rewrite/), add_header the headers module's (core/headers/).
 //
 // Inheritance follows nginx's merge functions: a block that sets none of a slot's directives takes the
-// enclosing block's value; lists (index, add_header, access_log) are inherited whole and only
+// enclosing block's value; lists (index, access_log) are inherited whole and only
 // when the block has none of their own. Not inherited: try_files (as in nginx, it acts only where
 // written).
 //
@@ -202,28 +202,6 @@ bool set_open_file_cache(Builder& b, Scope& s, const Directive& d) {
   return true;
 }
 
-// `add_header NAME VALUE [always];`
-bool set_add_header(Builder& b, Scope& s, const Directive& d) {
-  AddHeader h;
-  h.name = d.args[0].value;
-  if (h.name.empty() || h.name.find_first_of(" \t\r\n:") != std::string::npos) return fail_invalid_value(b, d, 0);
-  h.value = d.args[1].value;
-  if (h.value.find_first_of(std::string_view("\r\n\0", 3)) != std::string::npos) return fail_invalid_value(b, d, 1);
-  if (d.args.size() == 3) {
-    if (d.args[2].value != "always") {
-      return b.fail(d.args[2].loc, absl::StrCat("invalid parameter ", quoted(d.args[2].value)));
-    }
-    h.always = true;
-  }
-  // The value's variables are made safe for a header (variables.hh): percent-encoded in the fields whose
-  // value is a URI, control bytes replaced by SP in the others.
-  const bool uri = absl::EqualsIgnoreCase(h.name, "location") || absl::EqualsIgnoreCase(h.name, "content-location");
-  h.value_tpl = compile_arg(b, d.args[1], uri ? LogEscape::kUri : LogEscape::kField);
-  if (!h.value_tpl) return false;
-  s.loc->add_header.push_back(std::move(h));
-  return true;
-}
-
 // `if_modified_since off|exact|before;`
 bool set_if_modified_since(Builder& b, Scope& s, const Directive& d) {
   const std::string& v = d.args[0].value;
@@ -336,8 +314,6 @@ constexpr DirectiveSpec kHttpDirectives[] = {
      .set = [](Builder& b, Scope& s, const Directive& d) { return parse_flag_arg(b, d, 0, &s.loc->open_file_cache.errors); },
      .merge_loc = [](LocationConf& c, const LocationConf& p) { c.open_file_cache.errors = p.open_file_cache.errors; },
      .default_value = "off"},
-    {.name = "add_header", .contexts = kCtxHttpAny, .args = kTake23, .flags = kMulti, .set = set_add_header,
-     .merge_loc = inherit<&LocationConf::add_header>},
     {.name = "etag", .contexts = kCtxHttpAny, .args = kTake1, .set = set_flag<&LocationConf::etag>,
      .merge_loc = inherit<&LocationConf::etag>, .default_value = "on"},
     {.name = "if_modified_since", .contexts = kCtxHttpAny, .args = kTake1, .set = set_if_modified_since,

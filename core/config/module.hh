@@ -40,6 +40,8 @@ struct Module {
   std::span<const Variable> variables;
   /// The request-phase handlers the module joins (http/phase.hh), run for every request in phase order.
   std::span<const http::PhaseHandler> phases;
+  /// The fields the module adds to response heads (http/phase.hh: HeadFilter), in registry order.
+  std::span<const http::HeadFilter> head_filters;
   /// Whether this module is the content handler of `loc` (nginx: a location directive that sets the
   /// location's handler, such as proxy_pass). Null: the module provides no content handler.
   bool (*content)(const LocationConf& loc) = nullptr;

@@ -191,7 +191,7 @@ void HttpConnection::send_head(Http1Request& r) {
   }
   if (head.accept_ranges) h.append("Accept-Ranges: bytes\r\n");
   h.append(head.extra);
-  r.append_add_headers(status, h);
+  r.append_module_fields(status, h);
   h.append("\r\n");
   r.out_head_len_ = h.size();
   emit(h);
@@ -414,6 +414,7 @@ bool HttpServer::init_modules(std::string* error) {
   handlers_.assign(mods.size(), nullptr);
   for (const config::Module* m : mods) {
     for (const PhaseHandler& h : m->phases) phase_handlers_[static_cast<size_t>(h.phase)].push_back(h);
+    head_filters_.insert(head_filters_.end(), m->head_filters.begin(), m->head_filters.end());
   }
   for (const config::Module* m : mods) {
     if (m->init_core == nullptr) continue;

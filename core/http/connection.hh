@@ -49,6 +49,8 @@ class HttpServer final : public net::AcceptHandler {
   std::span<const PhaseHandler> phase_handlers(Phase phase) const {
     return phase_handlers_[static_cast<size_t>(phase)];
   }
+  /// Every module's head filters (Module::head_filters), in registry order; flattened once by init_modules.
+  std::span<const HeadFilter> head_filters() const { return head_filters_; }
   /// Graceful shutdown: idle keep-alive connections close now, busy ones after their current response.
   void begin_shutdown();
   bool shutting_down() const { return shutting_down_; }
@@ -84,6 +86,7 @@ class HttpServer final : public net::AcceptHandler {
   std::vector<ContentHandler*> handlers_;           // by Module::index; null: the module serves no location
   size_t fallback_ = 0;  // the last module with a content handler (static files): for a conf built by hand
   std::vector<PhaseHandler> phase_handlers_[static_cast<size_t>(Phase::kLog) + 1];  // by Phase
+  std::vector<HeadFilter> head_filters_;
   std::vector<std::unique_ptr<HeaderField[]>> free_fields_;
   bool shutting_down_ = false;
 };

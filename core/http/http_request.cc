@@ -3,21 +3,13 @@
 #include "core/http/http_request.hh"
 
 #include "absl/strings/ascii.h"
-#include "absl/strings/str_cat.h"
 #include "core/http/connection.hh"
 #include "core/http/status.hh"
-#include "core/http/variables.hh"
 #include "core/reactor/reactor.hh"
 
 namespace kosoku::http {
 
 namespace {
-
-// add_header applies to these statuses unless `always` (nginx ngx_http_headers_filter).
-bool add_header_status(int s) {
-  return s == 200 || s == 201 || s == 204 || s == 206 || s == 301 || s == 302 || s == 303 || s == 304 ||
-         s == 307 || s == 308;
-}
 
 std::string_view rebase(std::string_view v, const char* from, size_t len, const char* to) {
   if (v.data() >= from && v.data() < from + len) return std::string_view(to + (v.data() - from), v.size());
@@ -105,19 +97,8 @@ void HttpRequest::redirect(int status, std::string_view location) {
   respond(status, {}, {});
 }
 
-void HttpRequest::append_add_headers(int status, std::string& h) {
-  for (const config::AddHeader& a : loc_->add_header) {
-    if (!a.always && !add_header_status(status)) continue;
-    if (a.value_tpl == nullptr || !a.value_tpl->has_variables()) {
-      absl::StrAppend(&h, a.name, ": ", a.value, "\r\n");
-      continue;
-    }
-    // nginx: a header whose value expands to "" is not sent.
-    std::string value;
-    RequestVariables vars(*this, RequestVariables::Response{status, 0, 0, 0}, core_.reactor);
-    config::expand(*a.value_tpl, vars, value);
-    if (!value.empty()) absl::StrAppend(&h, a.name, ": ", value, "\r\n");
-  }
+void HttpRequest::append_module_fields(int status, std::string& h) {
+  for (const HeadFilter& f : srv_.head_filters()) f.run(*this, status, h);
 }
 
 void HttpRequest::log(uint64_t bytes_sent, uint64_t now_ms) {

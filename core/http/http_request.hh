@@ -86,9 +86,9 @@ class HttpRequest : public Exchange {
   /// Discards the request body bytes that have already arrived (Exchange::discard_request_body); returns 0, or
   /// the status of a malformed body.
   virtual int discard_available_body() = 0;
-  /// The location's add_header fields for a response with `status` (nginx's headers filter: only for the
-  /// statuses it names unless `always`; a value that expands to "" is not sent), each "Name: value\r\n".
-  void append_add_headers(int status, std::string& h);
+  /// The fields the modules' head filters add to a response with `status` (HttpServer::head_filters; add_header:
+  /// core/headers/), each "Name: value\r\n".
+  void append_module_fields(int status, std::string& h);
 
   HttpServer& srv_;
   const CoreContext& core_;

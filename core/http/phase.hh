@@ -1,4 +1,5 @@
-// nginx's request phases (ngx_http_core_module's phase engine), in the order a request passes them. The
+// nginx's request phases (ngx_http_core_module's phase engine), in the order a request passes them, and the
+// response head filters. The
 // connection runs its own steps (reading the head, choosing the server and the location, the body limits);
 // modules join a phase with a PhaseHandler in their descriptor (config/module.hh: Module::phases), and the
 // HttpServer flattens every module's handlers once, at start, in phase order and, within a phase, in registry
@@ -6,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 namespace kosoku::http {
 
@@ -30,6 +32,12 @@ enum class PhaseResult : uint8_t {
 struct PhaseHandler {
   Phase phase = Phase::kAccess;
   PhaseResult (*run)(Exchange& ex) = nullptr;
+};
+
+/// A module's part in every response head (nginx's header filter chain): `run` appends the fields it adds to
+/// the head of a response with `status`, each "Name: value\r\n", after the handler's own. Run in registry order.
+struct HeadFilter {
+  void (*run)(const Exchange& ex, int status, std::string& fields) = nullptr;
 };
 
 }  // namespace kosoku::http

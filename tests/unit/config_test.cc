@@ -21,6 +21,7 @@
 #include "core/config/parser.hh"
 #include "core/config/variables.hh"
 #include "core/access/access_conf.hh"
+#include "core/headers/headers_conf.hh"
 #include "core/rewrite/rewrite_conf.hh"
 #include "core/stats/status_module.hh"
 #include "gtest/gtest.h"
@@ -335,10 +336,11 @@ http {
   EXPECT_EQ(cl.root, "/other");  // trailing slash dropped
   EXPECT_EQ(a.index, (std::vector<std::string>{"a.html", "b.html"}));
   EXPECT_EQ(ab.index, (std::vector<std::string>{"c.html"}));
-  ASSERT_EQ(a.add_header.size(), 1u);  // own list replaces the inherited one
-  EXPECT_EQ(a.add_header[0].name, "X-B");
-  EXPECT_EQ(ab.add_header[0].name, "X-B");
-  EXPECT_EQ(s1.base.add_header[0].name, "X-A");
+  using headers::HeadersLocConf;
+  ASSERT_EQ(a.module<HeadersLocConf>().add_header.size(), 1u);  // own list replaces the inherited one
+  EXPECT_EQ(a.module<HeadersLocConf>().add_header[0].name, "X-B");
+  EXPECT_EQ(ab.module<HeadersLocConf>().add_header[0].name, "X-B");
+  EXPECT_EQ(s1.base.module<HeadersLocConf>().add_header[0].name, "X-A");
   EXPECT_EQ(a.module<access::AccessLocConf>().rules.size(), 2u);
   ASSERT_EQ(cl.module<access::AccessLocConf>().rules.size(), 1u);
   EXPECT_FALSE(cl.module<access::AccessLocConf>().rules[0].allow);

@@ -16,6 +16,7 @@
 #include "core/http/uri.hh"
 #include "core/http/variables.hh"
 #include "core/proxy/proxy_request.hh"
+#include "core/proxy/upstream_state.hh"
 #include "tests/unit/test_exchange.hh"
 
 namespace kosoku::proxy {
@@ -573,7 +574,7 @@ TEST(ProxyVariablesTest, UpstreamStateFormats) {
   };
   EXPECT_EQ(expand(config::LogEscape::kNone), "|||||");
   EXPECT_EQ(expand(config::LogEscape::kDefault), "-|-|-|-|-|-");
-  proxy::UpstreamState& st = ex.head().upstream;
+  UpstreamState& st = upstream_state(ex);  // the proxy's record, kept with the request
   st.count = 2;
   st.tries[0].addr = "127.0.0.1:8001";
   st.tries[0].status = 502;
