@@ -4,6 +4,7 @@
 // admin API, a cached or purge location, proxy_pass, the status page, and static files for everything else.
 #include <array>
 
+#include "core/access_log/log_conf.hh"
 #include "core/access/access_conf.hh"
 #include "core/cache/cache_conf.hh"
 #include "core/config/module.hh"
@@ -18,13 +19,14 @@
 namespace kosoku::config {
 
 std::span<Module* const> modules() {
-  static const std::array<Module*, 14> kModules = [] {
-    std::array<Module*, 14> list = {
+  static const std::array<Module*, 15> kModules = [] {
+    std::array<Module*, 15> list = {
         &core_module(),       // main context: workers, error_log, disk_queue, events, http
         &appliance_module(),  // appliance { }
         &http_core_module(),  // server, listen, server_name, location, client_* limits
-        &http_module(),       // root, index, try_files, access_log, ...
+        &http_module(),       // root, alias, index, try_files, types, timeouts, open_file_cache, aio, ...
         &http::variables_module(),  // $uri, $host, $http_NAME, $status, ...
+        &access_log::module(),  // access_log, log_format
         &rewrite::module(),   // return (SERVER_REWRITE, REWRITE phases)
         &access::module(),    // allow, deny (ACCESS phase)
         &headers::module(),   // add_header (a response head filter)

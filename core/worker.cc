@@ -13,7 +13,7 @@
 #include "core/base/log.hh"
 #include "core/disk/disk_queue.hh"
 #include "core/disk/open_file_cache.hh"
-#include "core/http/access_logger.hh"
+#include "core/access_log/access_logger.hh"
 #include "core/http/connection.hh"
 #include "core/net/shared_buffer.hh"
 #include "core/net/stack_factory.hh"
@@ -27,7 +27,7 @@ namespace {
 class Housekeeping final : public reactor::Poller, public reactor::Timer {
  public:
   Housekeeping(reactor::Reactor& r, stats::CoreStats& stats, std::atomic<bool>& stop, std::atomic<uint64_t>& drain_ms, net::Stack& stack,
-               http::HttpServer& server, disk::OpenFileCache& ofc, http::AccessLogger& logs)
+               http::HttpServer& server, disk::OpenFileCache& ofc, access_log::AccessLogger& logs)
       : r_(r), stats_(stats), stop_(stop), drain_ms_(drain_ms), stack_(stack), server_(server), ofc_(ofc), logs_(logs) {
     r_.timers().arm(*this, r_.now_ms() + 1000);
   }
@@ -61,7 +61,7 @@ class Housekeeping final : public reactor::Poller, public reactor::Timer {
   net::Stack& stack_;
   http::HttpServer& server_;
   disk::OpenFileCache& ofc_;
-  http::AccessLogger& logs_;
+  access_log::AccessLogger& logs_;
   bool stopping_ = false;
   uint64_t deadline_ = 0;
 };
@@ -151,7 +151,7 @@ void Worker::run() {
       state_.store(-EINVAL);
       return;
     }
-    http::AccessLogger logs(reactor, conf_, prefix_);
+    access_log::AccessLogger logs(reactor, conf_, prefix_);
     int rc = logs.open(&error_);
     if (rc < 0) {
       state_.store(rc);

@@ -67,7 +67,7 @@ struct SrvNode {
   std::vector<bool> listen_opts;       // parallel: the listen line set socket options (backlog=, reuseport)
 };
 
-/// A name to resolve once everything is read (disk_queue for `aio`, log_format for `access_log`).
+/// A name to resolve once everything is read (disk_queue for `aio`, log_format for `access_log`...).
 struct NameRef {
   std::string name;
   SourceLoc loc;
@@ -107,7 +107,6 @@ class Builder {
   LocNode http_loc;     // http-level values of location-level directives
   std::vector<std::unique_ptr<SrvNode>> servers;
   std::vector<NameRef> aio_refs;         // `aio ...=NAME`, checked against disk_queue names
-  std::vector<NameRef> access_log_refs;  // `access_log PATH FORMAT`, checked against log_format names
   std::vector<SourceLoc> disk_queue_locs;  // parallel to main->disk_queues (user-declared ones)
   SourceLoc affinity_loc;                // `worker_cpu_affinity` (for the worker-count check)
   bool affinity_auto = false;            // `worker_cpu_affinity auto [MASK]`

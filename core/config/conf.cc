@@ -123,11 +123,4 @@ const DiskQueueConf* MainConf::find_disk_queue(std::string_view name) const {
   return nullptr;
 }
 
-const LogFormatConf* MainConf::find_log_format(std::string_view name) const {
-  for (const LogFormatConf& f : http.log_formats) {
-    if (f.name == name) return &f;
-  }
-  return nullptr;
-}
-
 }  // namespace kosoku::config

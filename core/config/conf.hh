@@ -91,12 +91,6 @@ struct AccessRule {
   int prefix = 0;         // CIDR prefix length in bits
 };
 
-/// `access_log off | PATH [FORMAT];` FORMAT names a `log_format` (default "combined").
-struct AccessLogConf {
-  std::string path;
-  std::string format = "combined";
-};
-
 /// `open_file_cache off | max=N [inactive=T];` + `open_file_cache_valid T` (60 s) + `_min_uses N` (1) +
 /// `_errors on|off` (off).
 struct OpenFileCacheConf {
@@ -151,7 +145,6 @@ struct LocationConf {
   uint64_t client_max_body_size = 1 << 20;    // 0: unlimited
   uint64_t sendfile_max_chunk = 2 << 20;
 
-  std::vector<AccessLogConf> access_log;      // empty: access_log off
   bool etag = true;
   IfModifiedSince if_modified_since = IfModifiedSince::kExact;
   AioMode aio = AioMode::kIoUring;
@@ -226,18 +219,9 @@ struct ListenSocket {
   const ServerConf* find_server(std::string_view host) const;
 };
 
-struct LogFormatConf {
-  std::string name;
-  std::string format;  // concatenated string pieces, with $variables
-  SourceLoc loc;
-  LogEscape escape = LogEscape::kDefault;  // `escape=` parameter
-  std::shared_ptr<const Template> tpl;     // `format` compiled with `escape`; never null
-};
-
 struct HttpConf {
   std::vector<std::unique_ptr<ServerConf>> servers;
   std::vector<ListenSocket> listen_sockets;   // grouped by address
-  std::vector<LogFormatConf> log_formats;     // always contains "combined"
   ModuleConfs modules;                        // http-level module confs (module<T>())
 
   template <ModuleConf T>
@@ -285,7 +269,6 @@ struct MainConf {
   T& module() { return modules.get<T>(); }
 
   const DiskQueueConf* find_disk_queue(std::string_view name) const;
-  const LogFormatConf* find_log_format(std::string_view name) const;
 };
 
 }  // namespace kosoku::config

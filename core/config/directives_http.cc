@@ -1,10 +1,11 @@
 // Location-level HTTP directives (allowed in http, server and location unless noted): files, timeouts,
 // limits, logging, headers and disk I/O. nginx modules they come from: ngx_http_core_module,
-// ngx_http_index_module, ngx_http_log_module. allow/deny are the access module's (core/access/), `return` the
-// rewrite module's (core/rewrite/), add_header the headers module's (core/headers/).
+// ngx_http_index_module. allow/deny are the access module's (core/access/), `return` the rewrite module's
+// (core/rewrite/), add_header the headers module's (core/headers/), access_log and log_format the log
+// module's (core/access_log/).
 //
 // Inheritance follows nginx's merge functions: a block that sets none of a slot's directives takes the
-// enclosing block's value; lists (index, access_log) are inherited whole and only
+// enclosing block's value; lists (index) are inherited whole and only
 // when the block has none of their own. Not inherited: try_files (as in nginx, it acts only where
 // written).
 //
@@ -83,92 +84,6 @@ bool set_keepalive_timeout(Builder& b, Scope& s, const Directive& d) {
   }
   s.loc->keepalive_timeout_ms = *t;
   s.loc->keepalive_header_timeout_s = header;
-  return true;
-}
-
-// `access_log off | PATH [FORMAT [buffer=SIZE] [flush=TIME]];` buffer= and flush= are validated and not
-// stored (kosoku's log writer has its own per-core buffering); gzip= and if= are refused. `off` in a block
-// turns the block's logging off whatever other access_log lines it has (nginx).
-bool set_access_log(Builder& b, Scope& s, const Directive& d) {
-  const std::string& path = d.args[0].value;
-  if (path == "off") {
-    if (d.args.size() > 1) return b.fail(d.args[1].loc, absl::StrCat("invalid parameter ", quoted(d.args[1].value)));
-    s.loc->access_log.clear();
-    s.seen->mark("access_log off", "access_log");
-    return true;
-  }
-  if (path.empty()) return fail_invalid_value(b, d, 0);
-  if (path.rfind("syslog:", 0) == 0) {
-    return b.fail(d.args[0].loc, absl::StrCat("\"access_log\" target ", quoted(path), " is not supported"));
-  }
-  AccessLogConf log;
-  log.path = path;
-  size_t i = 1;
-  if (d.args.size() > 1 && d.args[1].value.find('=') == std::string::npos) {
-    log.format = d.args[1].value;
-    b.access_log_refs.push_back(NameRef{log.format, d.args[1].loc});
-    i = 2;
-  }
-  for (; i < d.args.size(); ++i) {
-    std::string_view v = d.args[i].value;
-    bool ok;
-    if (v.rfind("buffer=", 0) == 0) {
-      ok = parse_size(v.substr(7)).has_value();
-    } else if (v.rfind("flush=", 0) == 0) {
-      ok = parse_time_ms(v.substr(6)).has_value();
-    } else {
-      return b.fail(d.args[i].loc, absl::StrCat("invalid parameter ", quoted(v)));
-    }
-    if (!ok) return b.fail(d.args[i].loc, absl::StrCat("invalid parameter ", quoted(v)));
-  }
-  if (!s.seen->has("access_log off")) s.loc->access_log.push_back(std::move(log));
-  return true;
-}
-
-// `log_format NAME [escape=default|json|none] STRING...;` (http). The strings are concatenated; each is
-// compiled on its own so an unknown variable is reported where it is written.
-bool set_log_format(Builder& b, Scope& s, const Directive& d) {
-  LogFormatConf f;
-  f.name = d.args[0].value;
-  f.loc = d.loc;
-  if (f.name.empty()) return fail_invalid_value(b, d, 0);
-  if (f.name == "combined") return b.fail(d.args[0].loc, "duplicate \"log_format\" name \"combined\"");
-  for (const LogFormatConf& other : s.main->http.log_formats) {
-    if (other.name == f.name) return b.fail(d.args[0].loc, absl::StrCat("duplicate \"log_format\" name ", quoted(f.name)));
-  }
-  size_t i = 1;
-  std::string_view esc = d.args[1].value;
-  if (esc.rfind("escape=", 0) == 0) {
-    esc.remove_prefix(7);
-    if (esc == "default") {
-      f.escape = LogEscape::kDefault;
-    } else if (esc == "json") {
-      f.escape = LogEscape::kJson;
-    } else if (esc == "none") {
-      f.escape = LogEscape::kNone;
-    } else {
-      return b.fail(d.args[1].loc, absl::StrCat("unknown log format escaping ", quoted(esc)));
-    }
-    i = 2;
-    if (d.args.size() < 3) return b.fail(d.loc, "invalid number of arguments in \"log_format\" directive");
-  }
-  Template all;
-  for (; i < d.args.size(); ++i) {
-    auto t = compile_arg(b, d.args[i]);
-    if (!t) return false;
-    f.format += d.args[i].value;
-    for (const TemplateSegment& seg : t->segments) {
-      if (!seg.is_variable && !all.segments.empty() && !all.segments.back().is_variable) {
-        all.segments.back().text += seg.text;  // adjacent strings join into one literal
-      } else {
-        all.segments.push_back(seg);
-      }
-    }
-  }
-  all.escape = f.escape;
-  all.loc = d.loc;
-  f.tpl = std::make_shared<const Template>(std::move(all));
-  s.main->http.log_formats.push_back(std::move(f));
   return true;
 }
 
@@ -281,9 +196,6 @@ constexpr DirectiveSpec kHttpDirectives[] = {
     {.name = "sendfile_max_chunk", .contexts = kCtxHttpAny, .args = kTake1,
      .set = set_size<&LocationConf::sendfile_max_chunk>, .merge_loc = inherit<&LocationConf::sendfile_max_chunk>,
      .default_value = "2m"},
-    {.name = "access_log", .contexts = kCtxHttpAny, .args = k1More, .flags = kMulti, .set = set_access_log,
-     .merge_loc = inherit<&LocationConf::access_log>},
-    {.name = "log_format", .contexts = kCtxHttp, .args = k2More, .flags = kMulti, .set = set_log_format},
     {.name = "open_file_cache", .contexts = kCtxHttpAny, .args = kTake12, .set = set_open_file_cache,
      .merge_loc =
          [](LocationConf& c, const LocationConf& p) {

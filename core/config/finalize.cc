@@ -23,11 +23,6 @@ std::shared_ptr<const MimeTypes> default_types() {
   return kTypes;
 }
 
-// nginx's predefined format, verbatim.
-constexpr std::string_view kCombined =
-    "$remote_addr - $remote_user [$time_local] \"$request\" $status $body_bytes_sent \"$http_referer\" "
-    "\"$http_user_agent\"";
-
 void merge_loc_slots(LocationConf& child, const Seen& seen, const LocationConf& parent) {
   for (const Module* m : modules()) {
     for (const DirectiveSpec& row : m->directives) {
@@ -138,17 +133,6 @@ bool resolve_names(Builder& b) {
   if (m.find_disk_queue("default") == nullptr) m.disk_queues.insert(m.disk_queues.begin(), DiskQueueConf{"default"});
   for (const NameRef& r : b.aio_refs) {
     if (m.find_disk_queue(r.name) == nullptr) return b.fail(r.loc, absl::StrCat("unknown disk_queue ", quoted(r.name)));
-  }
-  LogFormatConf combined;
-  combined.name = "combined";
-  combined.format = std::string(kCombined);
-  combined.loc = SourceLoc{"<built-in>", 0, 0};
-  Template t = compile(kCombined, combined.loc, nullptr);
-  t.escape = LogEscape::kDefault;
-  combined.tpl = std::make_shared<const Template>(std::move(t));
-  m.http.log_formats.insert(m.http.log_formats.begin(), std::move(combined));
-  for (const NameRef& r : b.access_log_refs) {
-    if (m.find_log_format(r.name) == nullptr) return b.fail(r.loc, absl::StrCat("unknown log format ", quoted(r.name)));
   }
   return true;
 }

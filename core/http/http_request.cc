@@ -102,7 +102,7 @@ void HttpRequest::append_module_fields(int status, std::string& h) {
 }
 
 void HttpRequest::log(uint64_t bytes_sent, uint64_t now_ms) {
-  if (srv_.access_log == nullptr || loc_->access_log.empty()) return;
+  if (srv_.access_log == nullptr) return;
   srv_.access_log->log(*loc_, *this, status_, bytes_sent, body_bytes_, now_ms - start_ms_);
 }
 

@@ -34,8 +34,6 @@ void HttpRequest::run_phases() {
   // FIND_CONFIG: the location, then the request body's framing limits (RFC 9110 §15.5.14; nginx
   // client_max_body_size) and expectations.
   loc_ = server_->find_location(uri_);
-  // A logged request keeps its client address even if the client resets before the response is done.
-  if (!loc_->access_log.empty()) remote_addr();
   location_chosen();
   uint64_t max_body = loc_->client_max_body_size;
   if (req_.body == BodyFraming::kContentLength && max_body != 0 && *req_.content_length > max_body) {

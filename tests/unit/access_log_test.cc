@@ -1,7 +1,7 @@
 // Access log writer, through a real Reactor and its io_uring: writes of whole lines, double buffering and
 // drops, flush interval, flush_sync with a write in flight, reopen after rename (logrotate), several cores
 // appending to one path.
-#include "core/http/access_log.hh"
+#include "core/access_log/access_log.hh"
 
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -20,7 +20,7 @@
 #include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
 
-namespace kosoku::http {
+namespace kosoku::access_log {
 namespace {
 
 class TempDir {
@@ -390,4 +390,4 @@ TEST(AccessLogFile, TwoCoresAppendingToOnePathNeverSplitLines) {
 }
 
 }  // namespace
-}  // namespace kosoku::http
+}  // namespace kosoku::access_log

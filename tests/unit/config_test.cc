@@ -21,6 +21,7 @@
 #include "core/config/parser.hh"
 #include "core/config/variables.hh"
 #include "core/access/access_conf.hh"
+#include "core/access_log/log_conf.hh"
 #include "core/headers/headers_conf.hh"
 #include "core/rewrite/rewrite_conf.hh"
 #include "core/stats/status_module.hh"
@@ -387,25 +388,29 @@ http {
   }
 })");
   const ServerConf& s = *c->http.servers[0];
-  ASSERT_EQ(s.base.access_log.size(), 2u);
-  EXPECT_EQ(s.base.access_log[0].path, "logs/a.log");
-  EXPECT_EQ(s.base.access_log[0].format, "main");
-  EXPECT_EQ(s.base.access_log[1].format, "combined");
-  EXPECT_TRUE(s.locations[0].access_log.empty());
-  EXPECT_EQ(s.locations[1].access_log.size(), 2u);
-  const LogFormatConf* f = c->find_log_format("main");
+  using access_log::LogFormatConf;
+  using access_log::LogLocConf;
+  const auto& logs = [](const LocationConf& l) -> const auto& { return l.module<LogLocConf>().logs; };
+  ASSERT_EQ(logs(s.base).size(), 2u);
+  EXPECT_EQ(logs(s.base)[0].path, "logs/a.log");
+  EXPECT_EQ(logs(s.base)[0].format, "main");
+  EXPECT_EQ(logs(s.base)[1].format, "combined");
+  EXPECT_TRUE(logs(s.locations[0]).empty());
+  EXPECT_EQ(logs(s.locations[1]).size(), 2u);
+  const access_log::LogHttpConf& lh = c->http.module<access_log::LogHttpConf>();
+  const LogFormatConf* f = lh.find("main");
   ASSERT_NE(f, nullptr);
   EXPECT_EQ(f->format, "{\"u\":\"$uri\",\"s\":$status}");
   EXPECT_EQ(f->escape, LogEscape::kJson);
   EXPECT_EQ(f->tpl->escape, LogEscape::kJson);
   EXPECT_EQ(f->tpl->segments.size(), 5u);
-  const LogFormatConf* comb = c->find_log_format("combined");
+  const LogFormatConf* comb = lh.find("combined");
   ASSERT_NE(comb, nullptr);
   EXPECT_EQ(comb->format,
             "$remote_addr - $remote_user [$time_local] \"$request\" $status $body_bytes_sent \"$http_referer\" "
             "\"$http_user_agent\"");
   EXPECT_EQ(comb->tpl->escape, LogEscape::kDefault);
-  EXPECT_EQ(c->http.log_formats[0].name, "combined");
+  EXPECT_EQ(lh.formats[0].name, "combined");
   EXPECT_EQ(err("http { access_log off x; }"), "t.conf:1:23: invalid parameter \"x\"");
   EXPECT_EQ(err("http { access_log a.log combined gzip; }"), "t.conf:1:34: invalid parameter \"gzip\"");
 }
@@ -511,7 +516,7 @@ events { worker_connections 4096; }
   EXPECT_EQ(c->find_disk_queue("slow")->max_queue, 10u);
   EXPECT_EQ(c->find_disk_queue("nope"), nullptr);
   EXPECT_TRUE(c->http.servers.empty());
-  EXPECT_EQ(c->http.log_formats.size(), 1u);
+  EXPECT_EQ(c->http.module<access_log::LogHttpConf>().formats.size(), 1u);
 }
 
 TEST(ConfigMain, Defaults) {

@@ -10,18 +10,18 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "core/config/variables.hh"
-#include "core/http/access_log.hh"
+#include "core/access_log/access_log.hh"
 #include "core/http/connection.hh"
 
-namespace kosoku::http {
+namespace kosoku::access_log {
 
-class AccessLogger final : public AccessLogSink, public reactor::Poller {
+class AccessLogger final : public http::AccessLogSink, public reactor::Poller {
  public:
   AccessLogger(reactor::Reactor& reactor, const config::MainConf& conf, std::string prefix);
   /// Opens every access_log path of every location (relative paths resolve against the prefix).
   /// Returns 0 or -errno with *err = "open() \"PATH\" failed (...)".
   int open(std::string* err);
-  void log(const config::LocationConf& loc, Exchange& ex, int status, uint64_t bytes_sent,
+  void log(const config::LocationConf& loc, http::Exchange& ex, int status, uint64_t bytes_sent,
            uint64_t body_bytes_sent, uint64_t request_time_ms) override;
   /// Called about once a second: reopens files after SIGUSR1.
   void tick(uint64_t now_ms);
@@ -44,4 +44,4 @@ class AccessLogger final : public AccessLogSink, public reactor::Poller {
   bool dirty_ = false;
 };
 
-}  // namespace kosoku::http
+}  // namespace kosoku::access_log

@@ -1,4 +1,4 @@
-#include "core/http/access_log.hh"
+#include "core/access_log/access_log.hh"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -6,7 +6,7 @@
 #include <cerrno>
 #include <cstring>
 
-namespace kosoku::http {
+namespace kosoku::access_log {
 
 namespace {
 
@@ -273,4 +273,4 @@ void AccessLogs::reopen_all() {
   for (auto& [path, file] : files_) file->reopen();
 }
 
-}  // namespace kosoku::http
+}  // namespace kosoku::access_log

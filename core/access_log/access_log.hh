@@ -35,7 +35,7 @@
 #include "core/base/log.hh"
 #include "core/reactor/reactor.hh"
 
-namespace kosoku::http {
+namespace kosoku::access_log {
 
 struct AccessLogStats {
   uint64_t lines = 0;          // lines accepted into a buffer
@@ -146,4 +146,4 @@ class AccessLogs final : private reactor::Timer {
   absl::flat_hash_map<std::string, std::unique_ptr<AccessLogFile>> files_;
 };
 
-}  // namespace kosoku::http
+}  // namespace kosoku::access_log

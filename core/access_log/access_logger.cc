@@ -1,4 +1,6 @@
-#include "core/http/access_logger.hh"
+#include "core/access_log/access_logger.hh"
+
+#include "core/access_log/log_conf.hh"
 
 #include <time.h>
 #include <unistd.h>
@@ -11,12 +13,12 @@
 #include "core/http/variables.hh"
 #include "core/reactor/reactor.hh"
 
-namespace kosoku::http {
+namespace kosoku::access_log {
 
 AccessLogger::AccessLogger(reactor::Reactor& reactor, const config::MainConf& conf, std::string prefix)
     : reactor_(reactor), conf_(conf), prefix_(std::move(prefix)) {
   // The loader compiled every log_format (the predefined "combined" included).
-  for (const config::LogFormatConf& f : conf.http.log_formats) formats_[f.name] = f.tpl.get();
+  for (const LogFormatConf& f : conf.http.module<LogHttpConf>().formats) formats_[f.name] = f.tpl.get();
 }
 
 std::string AccessLogger::resolve(const std::string& path) const {
@@ -25,7 +27,7 @@ std::string AccessLogger::resolve(const std::string& path) const {
 }
 
 void AccessLogger::collect(const config::LocationConf& loc) {
-  for (const config::AccessLogConf& a : loc.access_log) {
+  for (const AccessLogConf& a : loc.module<LogLocConf>().logs) {
     // Keyed by the path as written, so the per-request lookup allocates nothing.
     if (!files_.contains(a.path)) files_[a.path] = std::make_unique<AccessLogFile>(reactor_, resolve(a.path));
   }
@@ -48,11 +50,13 @@ int AccessLogger::open(std::string* err) {
   return 0;
 }
 
-void AccessLogger::log(const config::LocationConf& loc, Exchange& ex, int status, uint64_t bytes_sent,
+void AccessLogger::log(const config::LocationConf& loc, http::Exchange& ex, int status, uint64_t bytes_sent,
                        uint64_t body_bytes_sent, uint64_t request_time_ms) {
-  RequestVariables vars(ex, RequestVariables::Response{status, bytes_sent, body_bytes_sent, request_time_ms},
-                        &reactor_);
-  for (const config::AccessLogConf& a : loc.access_log) {
+  const std::vector<AccessLogConf>& logs = loc.module<LogLocConf>().logs;
+  if (logs.empty()) return;  // access_log off
+  const http::RequestVariables::Response resp{status, bytes_sent, body_bytes_sent, request_time_ms};
+  http::RequestVariables vars(ex, resp, &reactor_);
+  for (const AccessLogConf& a : logs) {
     auto f = formats_.find(a.format);
     if (f == formats_.end() || f->second == nullptr) continue;
     line_.clear();
@@ -88,4 +92,4 @@ void AccessLogger::flush_sync() {
   for (auto& [path, f] : files_) f->flush_sync();
 }
 
-}  // namespace kosoku::http
+}  // namespace kosoku::access_log
