@@ -102,6 +102,7 @@ void HttpRequest::append_module_fields(int status, std::string& h) {
 }
 
 void HttpRequest::log(uint64_t bytes_sent, uint64_t now_ms) {
+  for (const PhaseHandler& h : srv_.phase_handlers(Phase::kLog)) h.run(*this);  // their result is not asked
   if (srv_.access_log == nullptr) return;
   srv_.access_log->log(*loc_, *this, status_, bytes_sent, body_bytes_, now_ms - start_ms_);
 }

@@ -21,7 +21,7 @@ enum class Phase : uint8_t {
   kAccess,         // allow/deny and other access checks
   kPreContent,     // try_files-like steps before the content handler
   kContent,        // the location's content handler (LocationConf::content) or `return`
-  kLog,            // access_log, after the response
+  kLog,            // after the response: the modules' handlers, then access_log (their result is not asked)
 };
 
 enum class PhaseResult : uint8_t {

@@ -28,8 +28,9 @@ void HttpRequest::run_phases() {
     respond(norm, {}, {});
     return;
   }
-  // SERVER_REWRITE: a server-level `return` (core/rewrite/) answers before any location is chosen.
-  if (run_module_phases(Phase::kServerRewrite)) return;
+  // POST_READ and SERVER_REWRITE: the modules' handlers (a server-level `return`, core/rewrite/, answers before
+  // any location is chosen).
+  if (run_module_phases(Phase::kPostRead) || run_module_phases(Phase::kServerRewrite)) return;
 
   // FIND_CONFIG: the location, then the request body's framing limits (RFC 9110 §15.5.14; nginx
   // client_max_body_size) and expectations.
@@ -50,8 +51,12 @@ void HttpRequest::run_phases() {
   // permission to send it gets its answer and a close; any other unread body is discarded after the response.
   if (req_.body != BodyFraming::kNone && req_.expect_100_continue) keep_alive_ = false;
 
-  // REWRITE and ACCESS: the modules' handlers (a location's `return`: core/rewrite/; allow/deny: core/access/).
-  if (run_module_phases(Phase::kRewrite) || run_module_phases(Phase::kAccess)) return;
+  // REWRITE, ACCESS and PRE_CONTENT: the modules' handlers (a location's `return`: core/rewrite/; allow/deny:
+  // core/access/).
+  if (run_module_phases(Phase::kRewrite) || run_module_phases(Phase::kAccess) ||
+      run_module_phases(Phase::kPreContent)) {
+    return;
+  }
 
   // CONTENT: the handler the configuration chose for the location (config/module.hh).
   ContentHandler& handler = srv_.content_handler(*loc_);
