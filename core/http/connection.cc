@@ -48,6 +48,12 @@ void HttpConnection::fire() {
   } else if (state_ == State::kBusy) {
     KOSOKU_LOG(kInfo, "client timed out (110: Connection timed out) while sending response to client, "
                "client: %s", remote_addr());
+    if (req_->state() != nullptr) {
+      // As a client reset: the content state gets on_abort() and releases once no I/O of its own is in flight
+      // (a file read may be), then the connection goes.
+      stream_->close(net::Stream::Close::kAbort);
+      return;
+    }
   }
   close(net::Stream::Close::kAbort);
 }
@@ -59,7 +65,8 @@ void HttpConnection::process() {
     if (retired_ != nullptr) reap_retired();
     if (state_ == State::kBusy && body_sink_ != nullptr && !body_paused_) {
       deliver_body();
-      break;
+      if (state_ == State::kBusy) break;
+      continue;  // the handler answered from the body's end: a pipelined request may follow
     }
     if (state_ == State::kClosing || state_ == State::kBusy) break;
     if (state_ == State::kDiscardBody) {
@@ -145,7 +152,7 @@ void Http1Request::location_chosen() {
   if (loc_->keepalive_timeout_ms == 0 || c.requests_ >= loc_->keepalive_requests) keep_alive_ = false;
 }
 
-int Http1Request::discard_available_body() { return conn_.discard_available_body(); }
+int Http1Request::discard_available_body() { return conn_.answering(*this) ? conn_.discard_available_body() : 0; }
 
 void HttpConnection::send_head(Http1Request& r) {
   if (!answering(r) || r.head_sent_) return;
@@ -207,7 +214,7 @@ void HttpConnection::finish(Http1Request& r) {
   if (ContentState* st = r.state().get()) st->on_response_complete();
   core_.stats->count_response(r.status_);
   r.log(r.body_bytes_ + r.out_head_len_, core_.reactor->now_ms());
-  r.req_.release_fields();  // the heap storage of a head with many field lines goes now, not with the request
+  r.release_head();  // a retired request keeps only what its content state may still reference
   const bool keep_alive = r.keep_alive_;
   retire(std::move(req_));
   if (stream_ == nullptr) return;
@@ -257,12 +264,20 @@ void HttpConnection::retire(std::unique_ptr<Http1Request> r) {
 }
 
 void HttpConnection::reap_retired() {
+  // Any request whose bytes are sent goes, wherever it is in the list: one still waiting keeps no other.
   const uint64_t sent = stream_ != nullptr ? committed_ - stream_->pending_output() : UINT64_MAX;
-  while (retired_ != nullptr && retired_->retire_at_ <= sent) {
-    std::unique_ptr<Http1Request> next = std::move(retired_->next_retired_);
-    retired_ = std::move(next);  // frees the request and its content state
+  Http1Request* last = nullptr;
+  for (std::unique_ptr<Http1Request>* link = &retired_; *link != nullptr;) {
+    Http1Request* r = link->get();
+    if (r->retire_at_ <= sent) {
+      std::unique_ptr<Http1Request> next = std::move(r->next_retired_);
+      *link = std::move(next);  // frees the request and its content state
+    } else {
+      last = r;
+      link = &r->next_retired_;
+    }
   }
-  if (retired_ == nullptr) retired_tail_ = nullptr;
+  retired_tail_ = last;
 }
 
 bool HttpConnection::discard_body() {

@@ -32,6 +32,8 @@ class Http1Request final : public HttpRequest {
  public:
   Http1Request(HttpConnection& c, HttpServer& srv, const config::ServerConf& default_server)
       : HttpRequest(srv, default_server), conn_(c) {}
+  /// The content state goes first, while the request is still whole (its destructor may ask the wire).
+  ~Http1Request() override { content_.reset(); }
 
   // ---- Exchange: the wire
   std::string_view remote_addr() const override;
@@ -88,6 +90,10 @@ class HttpConnection final : public net::StreamHandler,
   }
 
   ~HttpConnection() {
+    while (retired_ != nullptr) {  // one by one: a long list is not freed by recursion
+      std::unique_ptr<Http1Request> next = std::move(retired_->next_retired_);
+      retired_ = std::move(next);
+    }
     set_stat(nullptr);
     if (prev != nullptr) prev->next = next;
     if (next != nullptr) next->prev = prev;
@@ -354,7 +360,7 @@ inline void Http1Request::set_low_water(size_t bytes) {
 inline void Http1Request::finish() { conn_.finish(*this); }
 inline void Http1Request::abort_response() { conn_.abort_response(*this); }
 inline void Http1Request::release() {
-  if (conn_.abort_pending_) conn_.core_.reactor->post(&conn_);
+  if (conn_.abort_pending_ && conn_.req_.get() == this) conn_.core_.reactor->post(&conn_);
 }
 inline void Http1Request::read_body(BodySink* sink) { conn_.read_body(*this, sink); }
 inline void Http1Request::pause_body(bool paused) {

@@ -26,7 +26,16 @@ HttpRequest::HttpRequest(HttpServer& srv, const config::ServerConf& default_serv
 
 HttpRequest::~HttpRequest() {
   content_.reset();  // first: a content state's destructor may still look at its request
-  srv_.give_fields(std::move(fields_));
+  if (fields_ != nullptr) srv_.give_fields(std::move(fields_));
+}
+
+void HttpRequest::release_head() {
+  req_ = Request{};  // no view into the bytes freed below
+  if (fields_ != nullptr) srv_.give_fields(std::move(fields_));
+  // Assigning an empty string keeps the capacity: swap with one instead.
+  for (std::string* s : {&head_buf_, &uri_, &host_lower_}) std::string().swap(*s);
+  { ResponseHead last = std::move(head_); }  // moved from: its strings' buffers go with `last`
+  head_ = ResponseHead{};
 }
 
 std::unique_ptr<RequestCtx>& HttpRequest::ctx(const config::Module& m) {

@@ -69,6 +69,9 @@ class HttpRequest : public Exchange {
   void run_phases();
   /// The access-log line of the finished request (LOG phase): `bytes_sent` is what the wire sent for it.
   void log(uint64_t bytes_sent, uint64_t now_ms);
+  /// The response is complete and logged: the head's memory goes (field table back to the pool, the head's
+  /// bytes, $uri, the response head's strings). What stays is the content state and the modules' data.
+  void release_head();
   /// Whether the response referenced body bytes without copying them (write_ref): the request, whose content
   /// state owns those bytes, then lives until the stream has sent them.
   bool wrote_by_ref() const { return wrote_by_ref_; }

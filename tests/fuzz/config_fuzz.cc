@@ -8,6 +8,7 @@
 #include <string>
 #include <string_view>
 
+#include "core/access_log/log_conf.hh"
 #include "core/config/conf.hh"
 #include "core/config/loader.hh"
 #include "core/config/variables.hh"
@@ -44,6 +45,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   Vars vars;
   std::string out;
-  for (const LogFormatConf& f : r.conf->http.log_formats) expand(*f.tpl, vars, out);
+  for (const kosoku::access_log::LogFormatConf& f : r.conf->http.module<kosoku::access_log::LogHttpConf>().formats) {
+    expand(*f.tpl, vars, out);
+  }
   return 0;
 }

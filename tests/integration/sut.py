@@ -718,6 +718,19 @@ class ScriptedOrigin:
         self.server.server_close()
 
 
+def next_request_head(c: socket.socket, buf: bytes) -> Optional[tuple[bytes, bytes]]:
+    """The next request head on a keep-alive connection: reads from `c` onto `buf` (what is left of earlier
+    reads) until it holds CRLF CRLF; returns (the head without its CRLF CRLF, the bytes after it), or None if the
+    peer closes first."""
+    while b"\r\n\r\n" not in buf:
+        d = c.recv(65536)
+        if not d:
+            return None
+        buf += d
+    head, _, rest = buf.partition(b"\r\n\r\n")
+    return head, rest
+
+
 def recv_request_head(c: socket.socket) -> Optional[bytes]:
     """Reads from `c` until the bytes hold a request head (CRLF CRLF); None if the peer closes first."""
     buf = b""

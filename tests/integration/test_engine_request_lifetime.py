@@ -32,13 +32,8 @@ class SizedOrigin(sut.ScriptedOrigin):
 
     def serve(self, c: socket.socket) -> None:
         buf = b""
-        while True:
-            while b"\r\n\r\n" not in buf:
-                d = c.recv(65536)
-                if not d:
-                    return
-                buf += d
-            head, buf = buf.split(b"\r\n\r\n", 1)
+        while (got := sut.next_request_head(c, buf)) is not None:
+            head, buf = got
             target = head.split(b" ", 2)[1].decode()
             path, _, size = target.partition("?")
             body = body_of(path.rsplit("/", 1)[1], int(size or 100))

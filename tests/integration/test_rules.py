@@ -126,6 +126,23 @@ http {{
         return [c["requests"] for c in json.loads(data)["cores"]]
 
 
+def test_admin_put_answered_at_once_then_a_pipelined_request(tmp_path):
+    """Without a rules file the PUT is answered as its body ends, inside the connection's read: the GET pipelined
+    behind it is answered right after, not when more bytes arrive or keepalive_timeout ends."""
+    k = Kosoku(tmp_path).start()
+    try:
+        body = json.dumps({"patterns": [r"\.png$"]}).encode()
+        with sut.Conn(k.port, timeout=5) as c:
+            c.send(b"PUT /admin/rules/site.example HTTP/1.1\r\nHost: site.example\r\n"
+                   b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body) +
+                   b"GET /a.png HTTP/1.1\r\nHost: site.example\r\n\r\n")
+            rs = c.read_responses(2, timeout=5)
+        assert [r.status for r in rs] == [201, 200], rs
+        assert rs[1].body == b"x\n"
+    finally:
+        assert k.stop() == 0, k.proc.stderr.read().decode()
+
+
 @pytest.fixture
 def server(tmp_path):
     k = Kosoku(tmp_path, rules_file=tmp_path / "rules.jsonl").start()
