@@ -4,8 +4,8 @@
 // entry: head, Age, conditionals, ranges, body streaming).
 //
 // Re-entrancy (as in proxy_handler.cc): Exchange::finish(), respond() and abort_response() end the request; the
-// connection may then go on with the client's next one. Every path calls them last and returns straight up. Fetches (cache_fetch.hh) are never destroyed
-// synchronously: they are handed to CacheModule::retire().
+// connection may then go on with the client's next one. Every path calls them last and returns straight up. Fetches
+// (cache_fetch.hh) are never destroyed synchronously: they are handed to CacheModule::retire().
 //
 // The origin's response comes to this state as the sink of its CacheFetch: a revalidation's 304 or an error the
 // stale entry answers is taken over (the fetch is retired and reads the rest on its own), anything else is passed

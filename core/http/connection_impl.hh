@@ -209,7 +209,9 @@ class HttpConnection final : public net::StreamHandler,
     }
   }
   /// Whether `r` is the request the connection is answering (and the stream is still there).
-  bool answering(const Http1Request& r) const { return req_.get() == &r && stream_ != nullptr && state_ == State::kBusy; }
+  bool answering(const Http1Request& r) const {
+    return req_.get() == &r && stream_ != nullptr && state_ == State::kBusy;
+  }
   /// $remote_addr, looked up on first use (X-Forwarded-For, logs): no getpeername for requests that never ask.
   std::string_view remote_addr() const {
     if (!remote_addr_known_ && stream_ != nullptr) {
