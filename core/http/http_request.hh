@@ -79,9 +79,6 @@ class HttpRequest : public Exchange {
   /// set by the connection, cleared by the phases where the request's framing can no longer be trusted.
   bool keep_alive() const { return keep_alive_; }
   void set_keep_alive(bool on) { keep_alive_ = on; }
-  /// The status the response head was sent with (0 before send_head) and the body bytes sent.
-  int status() const { return status_; }
-  uint64_t body_bytes() const { return body_bytes_; }
 
  protected:
   /// The location is chosen (FIND_CONFIG): the wire applies its limits (request body size, persistence).
