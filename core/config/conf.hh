@@ -132,7 +132,6 @@ struct LocationConf {
 
   std::string root = "html";                  // `root` (nginx default: prefix/html)
   std::optional<std::string> alias;           // `alias` (location only); replaces the matched prefix
-  std::vector<std::string> index = {"index.html"};
   std::vector<std::string> try_files;         // `try_files file ... uri|=code`; empty: not set
   std::shared_ptr<const MimeTypes> types;     // never null after loading
   std::string default_type = "text/plain";

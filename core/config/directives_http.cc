@@ -1,13 +1,10 @@
 // Location-level HTTP directives (allowed in http, server and location unless noted): files, timeouts,
-// limits, logging, headers and disk I/O. nginx modules they come from: ngx_http_core_module,
-// ngx_http_index_module. allow/deny are the access module's (core/access/), `return` the rewrite module's
-// (core/rewrite/), add_header the headers module's (core/headers/), access_log and log_format the log
-// module's (core/access_log/).
+// limits and disk I/O, nginx's ngx_http_core_module. allow/deny are the access module's (core/access/),
+// `return` the rewrite module's (core/rewrite/), add_header the headers module's (core/headers/), access_log
+// and log_format the log module's (core/access_log/), index the static module's (core/static/).
 //
 // Inheritance follows nginx's merge functions: a block that sets none of a slot's directives takes the
-// enclosing block's value; lists (index) are inherited whole and only
-// when the block has none of their own. Not inherited: try_files (as in nginx, it acts only where
-// written).
+// enclosing block's value. Not inherited: try_files (as in nginx, it acts only where written).
 //
 // Accepted for nginx compatibility with no effect (documented no-ops): `sendfile on|off` (kosoku always
 // streams files through its disk queues in sendfile_max_chunk pieces), `tcp_nopush on|off`,
@@ -44,16 +41,6 @@ bool set_root_or_alias(Builder& b, Scope& s, const Directive& d) {
   if (v.size() > 1 && v.back() == '/') v.pop_back();
   s.loc->root = v;
   s.loc->alias.reset();
-  return true;
-}
-
-// `index FILE...;` Several lines add up; the first one in a block replaces the inherited/default list.
-bool set_index(Builder& b, Scope& s, const Directive& d) {
-  if (!s.seen->has("index")) s.loc->index.clear();
-  for (const Arg& a : d.args) {
-    if (a.value.empty()) return b.fail(a.loc, "index \"\" in \"index\" directive is invalid");
-    s.loc->index.push_back(a.value);
-  }
   return true;
 }
 
@@ -170,8 +157,6 @@ constexpr DirectiveSpec kHttpDirectives[] = {
        c.alias = p.alias;
      },
      .slot = "root"},
-    {.name = "index", .contexts = kCtxHttpAny, .args = k1More, .flags = kMulti, .set = set_index,
-     .merge_loc = inherit<&LocationConf::index>, .default_value = "index.html"},
     {.name = "try_files", .contexts = kCtxServerAny, .args = k2More, .set = set_try_files},
     {.name = "default_type", .contexts = kCtxHttpAny, .args = kTake1, .set = set_string<&LocationConf::default_type>,
      .merge_loc = inherit<&LocationConf::default_type>, .default_value = "text/plain"},

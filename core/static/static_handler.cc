@@ -25,6 +25,7 @@
 #include "core/http/uri.hh"
 #include "core/net/shared_buffer.hh"
 #include "core/reactor/reactor.hh"
+#include "core/static/static_conf.hh"
 
 namespace kosoku::static_files {
 
@@ -271,7 +272,7 @@ void StaticState::opened() {
       fail_open(open_.error);
       return;
     }
-    const std::vector<std::string>& idx = ex_.location().index;
+    const std::vector<std::string>& idx = ex_.location().module<StaticLocConf>().index;
     if (++index_index_ < idx.size()) {
       lookup(dir_path_ + idx[index_index_]);
       return;
@@ -294,7 +295,7 @@ void StaticState::opened() {
       ex_.redirect(301, location);
       return;
     }
-    const std::vector<std::string>& idx = ex_.location().index;
+    const std::vector<std::string>& idx = ex_.location().module<StaticLocConf>().index;
     if (idx.empty()) {
       ex_.respond(403);
       return;
@@ -483,6 +484,7 @@ void StaticHandler::handle(http::Exchange& ex) {
 config::Module& module() {
   static config::Module m{
       .name = "static",
+      .directives = directives(),
       .content = [](const config::LocationConf&) { return true; },
       .init_core = [](http::HttpServer&, std::string*) -> std::unique_ptr<http::ModuleCore> {
         return std::make_unique<StaticHandler>();

@@ -24,6 +24,7 @@
 #include "core/access_log/log_conf.hh"
 #include "core/headers/headers_conf.hh"
 #include "core/rewrite/rewrite_conf.hh"
+#include "core/static/static_conf.hh"
 #include "core/stats/status_module.hh"
 #include "gtest/gtest.h"
 
@@ -335,8 +336,9 @@ http {
   EXPECT_EQ(ab.send_timeout_ms, 3000u);
   EXPECT_EQ(a.root, "/srv");
   EXPECT_EQ(cl.root, "/other");  // trailing slash dropped
-  EXPECT_EQ(a.index, (std::vector<std::string>{"a.html", "b.html"}));
-  EXPECT_EQ(ab.index, (std::vector<std::string>{"c.html"}));
+  using static_files::StaticLocConf;
+  EXPECT_EQ(a.module<StaticLocConf>().index, (std::vector<std::string>{"a.html", "b.html"}));
+  EXPECT_EQ(ab.module<StaticLocConf>().index, (std::vector<std::string>{"c.html"}));
   using headers::HeadersLocConf;
   ASSERT_EQ(a.module<HeadersLocConf>().add_header.size(), 1u);  // own list replaces the inherited one
   EXPECT_EQ(a.module<HeadersLocConf>().add_header[0].name, "X-B");
@@ -419,13 +421,13 @@ TEST(ConfigMerge, EveryRowDefaultMatchesConfHh) {
   // For each row with a default, writing `NAME DEFAULT;` must give the same tree as not writing it.
   auto describe_loc = [](const LocationConf& l) {
     std::ostringstream o;
-    o << l.root << '|' << l.index.size() << '|' << l.default_type << '|' << l.keepalive_timeout_ms << '|'
+    o << l.root << '|' << l.module<static_files::StaticLocConf>().index.size() << '|' << l.default_type << '|' << l.keepalive_timeout_ms << '|'
       << l.keepalive_header_timeout_s << '|' << l.keepalive_requests << '|' << l.client_body_timeout_ms << '|'
       << l.send_timeout_ms << '|' << l.client_max_body_size << '|' << l.sendfile_max_chunk << '|' << l.etag << '|'
       << static_cast<int>(l.if_modified_since) << '|' << static_cast<int>(l.aio) << '|' << l.aio_queue << '|'
       << l.open_file_cache.enabled << '|' << l.open_file_cache.max << '|' << l.open_file_cache.inactive_ms << '|'
       << l.open_file_cache.valid_ms << '|' << l.open_file_cache.min_uses << '|' << l.open_file_cache.errors;
-    for (const auto& i : l.index) o << '|' << i;
+    for (const auto& i : l.module<static_files::StaticLocConf>().index) o << '|' << i;
     return o.str();
   };
   auto describe = [&](const MainConf& m) {
