@@ -24,7 +24,7 @@ std::span<Module* const> modules() {
         &core_module(),       // main context: workers, error_log, disk_queue, events, http
         &appliance_module(),  // appliance { }
         &http_core_module(),  // server, listen, server_name, location, client_* limits
-        &http_module(),       // root, alias, index, try_files, types, timeouts, open_file_cache, aio, ...
+        &http_module(),       // root, alias, try_files, types, timeouts, open_file_cache, aio, ...
         &http::variables_module(),  // $uri, $host, $http_NAME, $status, ...
         &access_log::module(),  // access_log, log_format
         &rewrite::module(),   // return (SERVER_REWRITE, REWRITE phases)
@@ -35,7 +35,7 @@ std::span<Module* const> modules() {
         &proxy::module(),     // proxy_pass, upstream { }, $proxy_*, $upstream_*
         &network_module(),    // network kernel|dpdk, dpdk { } (checked once the listen addresses are final)
         &stats::status_module(),
-        &static_files::module(),
+        &static_files::module(),  // index; static files for every location no other module serves
     };
     for (size_t i = 0; i < list.size(); ++i) list[i]->index = i;
     return list;
