@@ -214,7 +214,9 @@ void HttpConnection::finish(Http1Request& r) {
   if (ContentState* st = r.state().get()) st->on_response_complete();
   core_.stats->count_response(r.status_);
   r.log(r.body_bytes_ + r.out_head_len_, core_.reactor->now_ms());
-  r.release_head();  // a retired request keeps only what its content state may still reference
+  // A request that lent bytes by reference may wait a while for the stream: it keeps only its content state. One
+  // that copied everything is freed at the next safe point anyway.
+  if (r.wrote_by_ref()) r.release_head();
   const bool keep_alive = r.keep_alive_;
   retire(std::move(req_));
   if (stream_ == nullptr) return;
