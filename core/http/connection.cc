@@ -134,7 +134,7 @@ void HttpConnection::start_request(std::span<const char> in, size_t head_len) {
   if (q.body == BodyFraming::kChunked) chunked_ = std::make_unique<ChunkedDecoder>(ChunkedLimits{});
   loc_ = &r.location();
   set_limits(r.server());
-  r.set_keep_alive(q.keep_alive() && !srv_.shutting_down() && !peer_closed_);
+  r.set_keep_alive(may_keep_alive(q));
   r.run_phases();  // may finish the request: r is not touched after this
 }
 
@@ -355,8 +355,7 @@ void HttpConnection::read_body(Http1Request& r, BodySink* sink) {
     stream_->flush();
   }
   // An Expect: 100-continue request whose body we do read keeps the connection reusable.
-  r.set_keep_alive(q.keep_alive() && !srv_.shutting_down() && !peer_closed_ &&
-                   requests_ < loc_->keepalive_requests);
+  r.set_keep_alive(may_keep_alive(q) && requests_ < loc_->keepalive_requests);
   arm(loc_->client_body_timeout_ms);
   if (!in_process_) core_.reactor->post(&body_task_);
 }

@@ -212,6 +212,8 @@ class HttpConnection final : public net::StreamHandler,
   bool answering(const Http1Request& r) const {
     return req_.get() == &r && stream_ != nullptr && state_ == State::kBusy;
   }
+  /// Whether the request asked for a persistent connection (RFC 9112 §9.3) and the connection can give one.
+  bool may_keep_alive(const Request& q) const { return q.keep_alive() && !srv_.shutting_down() && !peer_closed_; }
   /// $remote_addr, looked up on first use (X-Forwarded-For, logs): no getpeername for requests that never ask.
   std::string_view remote_addr() const {
     if (!remote_addr_known_ && stream_ != nullptr) {

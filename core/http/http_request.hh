@@ -77,7 +77,6 @@ class HttpRequest : public Exchange {
   bool wrote_by_ref() const { return wrote_by_ref_; }
   /// Whether the connection may carry another request after this one (HTTP/1.1 persistence, RFC 9112 §9.3):
   /// set by the connection, cleared by the phases where the request's framing can no longer be trusted.
-  bool keep_alive() const { return keep_alive_; }
   void set_keep_alive(bool on) { keep_alive_ = on; }
 
  protected:
