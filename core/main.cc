@@ -4,6 +4,7 @@
 //   SIGUSR1          reopen the error log and access logs (logrotate)
 //   SIGHUP           no-op with a log line: kosoku reads its configuration once; the appliance re-flashes
 //                    its image to change it (documented in README.md)
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -122,6 +123,34 @@ void set_nofile_limit(const kosoku::config::MainConf& conf) {
   }
 }
 
+// Writes "PID\n" to `path` (created 0644 or truncated). 0, or -errno.
+int write_pid_file(const std::string& path) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return -errno;
+  std::string text = absl::StrCat(getpid(), "\n");
+  ssize_t n = ::write(fd, text.data(), text.size());
+  int e = errno;
+  ::close(fd);
+  if (n != static_cast<ssize_t>(text.size())) return n < 0 ? -e : -EIO;
+  return 0;
+}
+
+// `-t`: opens (creating it, as the start would) the error log the start opens, relative to `prefix`; false
+// with the start's message in *error when it cannot.
+bool open_error_log_for_test(const kosoku::config::MainConf& conf, const std::string& prefix, std::string* error) {
+  std::string path = conf.error_log_path;
+  if (path.empty() || path == "stderr") return true;
+  if (path[0] != '/') path = prefix + path;
+  int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    int e = errno;
+    *error = absl::StrCat("open() \"", path, "\" failed (", e, ": ", std::strerror(e), ")");
+    return false;
+  }
+  ::close(fd);
+  return true;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -157,10 +186,12 @@ int main(int argc, char** argv) {
   }
 
   if (test_only) {
-    // The files modules read at start are checked as the start-up reads them (same messages).
+    // The files the start opens are checked as the start opens them (same messages): the error log (as
+    // `nginx -t` opens its logs; not an appliance's, which lives in the VM) and the modules' data files.
     auto check_data = [&](const kosoku::config::MainConf& conf, std::string* error) {
       std::string p = prefix.empty() ? dir_of(conf_path) : prefix;
       if (p.back() != '/') p.push_back('/');
+      if (!conf.appliance.present && !open_error_log_for_test(conf, p, error)) return false;
       return kosoku::rules::check_rules_file(conf.http.module<kosoku::rules::RulesConf>(), p, error);
     };
     return kosoku::config::test_config(conf_path, std::cout, std::cerr, check_data);
@@ -181,6 +212,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "kosoku: [emerg] %s\n", loaded.error.message.c_str());
     return 1;
   }
+  for (const std::string& n : loaded.notices) std::fprintf(stderr, "kosoku: [notice] %s\n", n.c_str());
   for (const std::string& w : loaded.warnings) std::fprintf(stderr, "kosoku: [warn] %s\n", w.c_str());
   const kosoku::config::MainConf& conf = *loaded.conf;
   // Modules, NIC, network and the data disk come first: the error log may live on the data disk.
@@ -220,6 +252,18 @@ int main(int argc, char** argv) {
       if (pid1) appliance::fatal(err);
       std::fprintf(stderr, "kosoku: [emerg] %s\n", err.c_str());
       KOSOKU_LOG(kEmerg, "%s", err);
+      return 1;
+    }
+  }
+
+  // `pid FILE;`: written once the configuration and the listen addresses are known good, removed at exit.
+  std::string pid_path;
+  if (!pid1 && !conf.pid_path.empty()) {
+    pid_path = conf.pid_path[0] == '/' ? conf.pid_path : prefix + conf.pid_path;
+    if (int rc = write_pid_file(pid_path); rc < 0) {
+      std::fprintf(stderr, "kosoku: [emerg] open() \"%s\" failed (%d: %s)\n", pid_path.c_str(), -rc,
+                   std::strerror(-rc));
+      KOSOKU_LOG(kEmerg, "open() \"%s\" failed (%d: %s)", pid_path, -rc, std::strerror(-rc));
       return 1;
     }
   }
@@ -321,6 +365,7 @@ int main(int argc, char** argv) {
   for (auto& w : workers) w->request_stop(pid1 ? 2000 : kDrainMs);
   for (auto& w : workers) w->join();
   if (dpdk_backend != nullptr) dpdk_backend->stop();  // the object stays: the stats source above points to it
+  if (!pid_path.empty()) ::unlink(pid_path.c_str());
   KOSOKU_LOG(kNotice, "exit");
   if (pid1) {
     console.stop();

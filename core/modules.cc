@@ -19,12 +19,13 @@
 namespace kosoku::config {
 
 std::span<Module* const> modules() {
-  static const std::array<Module*, 15> kModules = [] {
-    std::array<Module*, 15> list = {
+  static const std::array<Module*, 16> kModules = [] {
+    std::array<Module*, 16> list = {
         &core_module(),       // main context: workers, error_log, disk_queue, events, http
         &appliance_module(),  // appliance { }
         &http_core_module(),  // server, listen, server_name, location, client_* limits
         &http_module(),       // root, alias, try_files, types, timeouts, open_file_cache, aio, ...
+        &no_effect_module(),  // nginx's internal tuning (hash sizes, accept loop): accepted with a notice
         &http::variables_module(),  // $uri, $host, $http_NAME, $status, ...
         &access_log::module(),  // access_log, log_format
         &rewrite::module(),   // return (SERVER_REWRITE, REWRITE phases)

@@ -92,6 +92,9 @@ class Builder {
   bool fail(const SourceLoc& loc, std::string_view message);
   /// Records a warning (`FILE:LINE:COL: message`), as nginx's NGX_LOG_WARN during configuration.
   void warn(const SourceLoc& loc, std::string_view message);
+  /// Records a notice (`FILE:LINE:COL: message`), as nginx's NGX_LOG_NOTICE: something the operator should
+  /// know that changes nothing (a directive kosoku accepts and ignores).
+  void notice(const SourceLoc& loc, std::string_view message);
 
   /// Applies every directive of `body` in `scope` through the directive tables (config/loader.cc):
   /// unknown / not allowed here / missing `;` or `{` / argument count / duplicate checks, then the setter.
@@ -118,6 +121,7 @@ class Builder {
 
   std::string error;
   std::vector<std::string> warnings;
+  std::vector<std::string> notices;
 };
 
 /// After the walk: merge down, resolve names, group listen sockets, build lookup indexes

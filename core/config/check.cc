@@ -8,6 +8,7 @@ namespace kosoku::config {
 
 int test_config(const std::string& path, std::ostream& out, std::ostream& err, const DataCheck& check_data) {
   LoadResult r = load(path);
+  for (const std::string& n : r.notices) err << "kosoku: [notice] " << n << '\n';
   for (const std::string& w : r.warnings) err << "kosoku: [warn] " << w << '\n';
   std::string data_error;
   if (!r.ok() || (check_data && !check_data(*r.conf, &data_error))) {

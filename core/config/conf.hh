@@ -145,6 +145,7 @@ struct LocationConf {
   uint64_t sendfile_max_chunk = 2 << 20;
 
   bool etag = true;
+  bool server_tokens = true;  // `server_tokens on|off|build`: the version in Server and in error pages
   IfModifiedSince if_modified_since = IfModifiedSince::kExact;
   AioMode aio = AioMode::kIoUring;
   std::string aio_queue = "default";          // a DiskQueueConf name
@@ -254,6 +255,7 @@ struct MainConf {
   std::vector<int> worker_cpu_affinity;       // CPU per worker; empty: worker i → i-th allowed CPU
   uint32_t worker_connections = 512;
   uint64_t worker_rlimit_nofile = 0;          // 0: unchanged
+  std::string pid_path;                       // `pid FILE;` (relative to the prefix); empty: no pid file
   std::string error_log_path = "logs/error.log";  // "stderr" allowed
   int error_log_level = 4;                    // 0 emerg,1 alert,2 crit,3 error,4 warn,5 notice,6 info,7 debug
   std::vector<DiskQueueConf> disk_queues;     // always contains "default"

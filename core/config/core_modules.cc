@@ -40,4 +40,9 @@ Module& http_module() {
   return m;
 }
 
+Module& no_effect_module() {
+  static Module m{.name = "no_effect", .directives = no_effect_directives()};
+  return m;
+}
+
 }  // namespace kosoku::config

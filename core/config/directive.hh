@@ -80,6 +80,10 @@ std::vector<std::span<const DirectiveSpec>> directive_tables();
 /// The row named `name` that may appear in context `ctx`; else some row of that name (its contexts then
 /// exclude `ctx`: "not allowed here"); else null (unknown directive).
 const DirectiveSpec* find_directive(std::string_view name, uint32_t ctx);
+/// Whether every row named `name` takes a block (`location`, `http`, `events`; not `server`, a line in
+/// upstream): the parser then reports `directive "NAME" has no opening "{"` where the `;` ends it, as nginx does,
+/// rather than the stray `}` the missing `{` leaves further on.
+bool is_block_only_directive(std::string_view name);
 
 // The core's own tables (config/directives_*.cc), named by the core module descriptors (config/module.cc).
 std::span<const DirectiveSpec> core_directives();
@@ -87,6 +91,7 @@ std::span<const DirectiveSpec> http_directives();
 std::span<const DirectiveSpec> http_server_directives();
 std::span<const DirectiveSpec> appliance_directives();
 std::span<const DirectiveSpec> dpdk_directives();   // directives_dpdk.cc
+std::span<const DirectiveSpec> no_effect_directives();  // directives_no_effect.cc
 
 // ---- typed setters and merge functions ----
 

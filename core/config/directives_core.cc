@@ -142,6 +142,7 @@ constexpr DirectiveSpec kCoreDirectives[] = {
      .set = set_number<&MainConf::worker_rlimit_nofile>},
     {.name = "error_log", .contexts = kCtxMain, .args = kTake12, .set = set_error_log,
      .default_value = "logs/error.log warn"},
+    {.name = "pid", .contexts = kCtxMain, .args = kTake1, .set = set_string<&MainConf::pid_path>},
     {.name = "disk_queue", .contexts = kCtxMain, .args = kTake123, .flags = kMulti, .set = set_disk_queue},
     {.name = "events", .contexts = kCtxMain, .args = kNoArgs, .flags = kBlock, .set = set_events},
     {.name = "worker_connections", .contexts = kCtxEvents, .args = kTake1,

@@ -104,6 +104,17 @@ bool set_open_file_cache(Builder& b, Scope& s, const Directive& d) {
   return true;
 }
 
+// `server_tokens on|off|build;` (nginx's `build` adds the build name given to its configure script: kosoku has
+// none, so `build` is `on`). nginx Plus's free-form string is refused as an invalid value.
+bool set_server_tokens(Builder& b, Scope& s, const Directive& d) {
+  const std::string& v = d.args[0].value;
+  if (v != "on" && v != "off" && v != "build") {
+    return fail_invalid_value(b, d, 0, ", it must be \"on\", \"off\" or \"build\"");
+  }
+  s.loc->server_tokens = v != "off";
+  return true;
+}
+
 // `if_modified_since off|exact|before;`
 bool set_if_modified_since(Builder& b, Scope& s, const Directive& d) {
   const std::string& v = d.args[0].value;
@@ -222,6 +233,8 @@ constexpr DirectiveSpec kHttpDirectives[] = {
            c.aio_queue = p.aio_queue;
          },
      .default_value = "io_uring"},
+    {.name = "server_tokens", .contexts = kCtxHttpAny, .args = kTake1, .set = set_server_tokens,
+     .merge_loc = inherit<&LocationConf::server_tokens>, .default_value = "on"},
     {.name = "sendfile", .contexts = kCtxHttpAny, .args = kTake1, .set = set_ignored_flag},
     {.name = "tcp_nopush", .contexts = kCtxHttpAny, .args = kTake1, .set = set_ignored_flag},
     {.name = "tcp_nodelay", .contexts = kCtxHttpAny, .args = kTake1, .set = set_ignored_flag},

@@ -21,16 +21,36 @@ std::vector<std::span<const DirectiveSpec>> directive_tables() {
   return tables;
 }
 
-const DirectiveSpec* find_directive(std::string_view name, uint32_t ctx) {
-  static const absl::flat_hash_map<std::string, std::vector<const DirectiveSpec*>> kByName = [] {
-    absl::flat_hash_map<std::string, std::vector<const DirectiveSpec*>> m;
+namespace {
+
+using RowsByName = absl::flat_hash_map<std::string, std::vector<const DirectiveSpec*>>;
+
+const RowsByName& rows_by_name() {
+  static const RowsByName kByName = [] {
+    RowsByName m;
     for (std::span<const DirectiveSpec> table : directive_tables()) {
       for (const DirectiveSpec& row : table) m[std::string(row.name)].push_back(&row);
     }
     return m;
   }();
-  auto it = kByName.find(absl::string_view(name.data(), name.size()));
-  if (it == kByName.end()) return nullptr;
+  return kByName;
+}
+
+}  // namespace
+
+bool is_block_only_directive(std::string_view name) {
+  auto it = rows_by_name().find(absl::string_view(name.data(), name.size()));
+  if (it == rows_by_name().end()) return false;
+  for (const DirectiveSpec* row : it->second) {
+    if (!(row->flags & kBlock)) return false;
+  }
+  return true;
+}
+
+const DirectiveSpec* find_directive(std::string_view name, uint32_t ctx) {
+  const RowsByName& by_name = rows_by_name();
+  auto it = by_name.find(absl::string_view(name.data(), name.size()));
+  if (it == by_name.end()) return nullptr;
   for (const DirectiveSpec* row : it->second) {
     if (row->contexts & ctx) return row;
   }
@@ -43,6 +63,8 @@ bool Builder::fail(const SourceLoc& loc, std::string_view message) {
 }
 
 void Builder::warn(const SourceLoc& loc, std::string_view message) { warnings.push_back(format_diag(loc, message)); }
+
+void Builder::notice(const SourceLoc& loc, std::string_view message) { notices.push_back(format_diag(loc, message)); }
 
 bool Builder::walk(Scope& scope, const std::vector<Directive>& body) {
   for (const Directive& d : body) {
@@ -131,6 +153,7 @@ LoadResult load_text(std::string_view text, const std::string& file, const LoadO
   top.seen = &b.main_seen;
   bool ok = b.walk(top, tree) && finalize(b);
   r.warnings = std::move(b.warnings);
+  r.notices = std::move(b.notices);
   if (!ok) {
     r.error.message = std::move(b.error);
     return r;

@@ -41,6 +41,7 @@ struct LoadResult {
   std::unique_ptr<const MainConf> conf;  // set on success
   ConfigError error;                     // set on failure
   std::vector<std::string> warnings;     // `FILE:LINE:COL: message`, nginx's [warn] lines (both outcomes)
+  std::vector<std::string> notices;      // the same, [notice] lines (directives that have no effect)
   bool ok() const { return conf != nullptr; }
 };
 

@@ -63,5 +63,6 @@ Module& appliance_module();
 Module& network_module();
 Module& http_core_module();
 Module& http_module();
+Module& no_effect_module();
 
 }  // namespace kosoku::config

@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/config/directive.hh"
 #include "core/config/lexer.hh"
 
 namespace kosoku::config {
@@ -68,6 +69,9 @@ class Parser {
             d.args.push_back(Arg{std::move(tok.text), std::move(tok.loc), tok.quoted});
             break;
           case TokenKind::kSemicolon:
+            if (is_block_only_directive(d.name)) {
+              return fail(d.loc, absl::StrCat("directive \"", d.name, "\" has no opening \"{\""));
+            }
             done = true;
             break;
           case TokenKind::kBlockStart:

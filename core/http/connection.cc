@@ -171,8 +171,9 @@ void HttpConnection::send_head(Http1Request& r) {
   }
   std::string& h = srv_.head_scratch;
   h.clear();
-  absl::StrAppend(&h, "HTTP/1.1 ", status, " ", reason_phrase(status), "\r\nServer: kosoku\r\nDate: ",
-                  core_.reactor->http_date(), "\r\n");
+  absl::StrAppend(&h, "HTTP/1.1 ", status, " ", reason_phrase(status), "\r\nServer: ",
+                  r.loc_->server_tokens ? kServerWithVersion : kServerName, "\r\nDate: ", core_.reactor->http_date(),
+                  "\r\n");
   if (!head.content_type.empty()) absl::StrAppend(&h, "Content-Type: ", head.content_type, "\r\n");
   if (head.content_length >= 0 && status != 304 && status != 204 && status >= 200) {
     absl::StrAppend(&h, "Content-Length: ", head.content_length, "\r\n");

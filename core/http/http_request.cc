@@ -89,7 +89,7 @@ void HttpRequest::reject(int status, uint64_t now_ms) {
 void HttpRequest::respond(int status, std::string_view body, std::string_view content_type) {
   head_.status = status;
   if (body.empty() && !(status >= 200 && status < 300)) {
-    body = error_page(status);
+    body = error_page(status, loc_->server_tokens);
     if (!body.empty()) content_type = "text/html";
   }
   if (status == 304 || status == 204 || status < 200) body = {};

@@ -29,19 +29,26 @@ constexpr Entry kReasons[] = {
     {505, "HTTP Version Not Supported"},
 };
 
-// Built once at start (static init), read-only afterwards: safe to share between cores.
-const absl::flat_hash_map<int, std::string>& pages() {
-  static const auto* m = [] {
-    auto* p = new absl::flat_hash_map<int, std::string>();
-    for (const Entry& e : kReasons) {
-      if (e.code < 300 || e.code == 304) continue;
-      std::string title = absl::StrCat(e.code, " ", e.reason);
-      (*p)[e.code] = absl::StrCat("<html>\r\n<head><title>", title, "</title></head>\r\n<body>\r\n<center><h1>",
-                                  title, "</h1></center>\r\n<hr><center>kosoku</center>\r\n</body>\r\n</html>\r\n");
-    }
-    return p;
-  }();
-  return *m;
+using Pages = absl::flat_hash_map<int, std::string>;
+
+// The page of every error status, signed `signature` as nginx signs its own.
+Pages* make_pages(std::string_view signature) {
+  auto* p = new Pages();
+  for (const Entry& e : kReasons) {
+    if (e.code < 300 || e.code == 304) continue;
+    std::string title = absl::StrCat(e.code, " ", e.reason);
+    (*p)[e.code] = absl::StrCat("<html>\r\n<head><title>", title, "</title></head>\r\n<body>\r\n<center><h1>",
+                                title, "</h1></center>\r\n<hr><center>", signature,
+                                "</center>\r\n</body>\r\n</html>\r\n");
+  }
+  return p;
+}
+
+// Built once (first use, thread-safe static init), read-only afterwards: safe to share between cores.
+const Pages& pages(bool server_tokens) {
+  static const Pages* with_version = make_pages(kServerWithVersion);
+  static const Pages* bare = make_pages(kServerName);
+  return server_tokens ? *with_version : *bare;
 }
 
 }  // namespace
@@ -53,8 +60,8 @@ std::string_view reason_phrase(int status) {
   return "Unknown";
 }
 
-std::string_view error_page(int status) {
-  const auto& p = pages();
+std::string_view error_page(int status, bool server_tokens) {
+  const auto& p = pages(server_tokens);
   auto it = p.find(status);
   return it == p.end() ? std::string_view() : std::string_view(it->second);
 }

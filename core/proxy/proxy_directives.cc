@@ -308,6 +308,10 @@ bool set_proxy_pass(Builder& b, Scope& s, const Directive& d) {
     return b.fail(d.args[0].loc, "variables in \"proxy_pass\" are not supported");
   }
   std::string_view rest = url.substr(7);
+  if (absl::StartsWithIgnoreCase(rest, "unix:")) {
+    return b.fail(d.args[0].loc, "unix domain sockets are not supported in \"proxy_pass\" (kosoku proxies to TCP "
+                                 "upstreams only)");
+  }
   size_t slash = rest.find('/');
   std::string_view authority = rest.substr(0, slash);
   if (authority.empty() || authority.find('@') != std::string_view::npos) {
