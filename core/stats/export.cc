@@ -281,16 +281,30 @@ Snapshot aggregate(std::span<const CoreStats* const> cores, int64_t now_s) {
   return s;
 }
 
-std::string render_text(const Snapshot& s) {
-  const CoreStats& t = s.total;
-  std::string out;
-  out.reserve(1024 + 256 * s.cores.size());
-  // nginx stub_status, byte for byte (ngx_http_stub_status_module.c).
+namespace {
+
+// nginx stub_status, byte for byte (ngx_http_stub_status_module.c).
+void append_stub_status(const CoreStats& t, std::string& out) {
   absl::StrAppend(&out, "Active connections: ", t.conn_active, " \n");
   out += "server accepts handled requests\n";
   absl::StrAppend(&out, " ", t.conn_accepted + t.conn_rejected, " ", t.conn_accepted, " ", t.requests, " \n");
   absl::StrAppend(&out, "Reading: ", t.conn_reading, " Writing: ", t.conn_writing, " Waiting: ", t.conn_idle,
                   " \n");
+}
+
+}  // namespace
+
+std::string render_stub_status(const Snapshot& s) {
+  std::string out;
+  append_stub_status(s.total, out);
+  return out;
+}
+
+std::string render_text(const Snapshot& s) {
+  const CoreStats& t = s.total;
+  std::string out;
+  out.reserve(1024 + 256 * s.cores.size());
+  append_stub_status(t, out);
   // kosoku's lines: "key value" pairs.
   absl::StrAppend(&out, "version ", s.version, " uptime_s ", s.uptime_s, " cores ", s.cores.size(), "\n");
   absl::StrAppend(&out, "connections rejected ", t.conn_rejected, " accept_failed ", t.conn_accept_failed, "\n");

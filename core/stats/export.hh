@@ -92,6 +92,8 @@ Snapshot aggregate(std::span<const CoreStats* const> cores, int64_t now_s);
 ///   SECTION NAME{label="v",...} VALUE                     (Snapshot::extra)
 /// (the indented continuation lines above are on the same line in the output).
 std::string render_text(const Snapshot& s);
+/// nginx's stub_status page alone: the first four lines of render_text.
+std::string render_stub_status(const Snapshot& s);
 
 /// JSON object with stable field names (documented fields are never renamed; new ones may be added):
 ///   version, time_s, uptime_s,

@@ -2,7 +2,9 @@
 // core's counters, aggregated on demand, as text (nginx stub_status-compatible first lines, the default), JSON
 // (?format=json) or Prometheus (?format=prometheus). GET and HEAD only; the request body is never read.
 //
-//   status;    location    (not inherited)
+//   status;            location    (not inherited)
+//   stub_status [on];  location    nginx's name: its four lines exactly (what nginx exporters parse), in any
+//                                  format asked for
 #include "core/stats/status_module.hh"
 
 #include <memory>
@@ -27,8 +29,19 @@ bool set_status(Builder&, Scope& s, const Directive&) {
   return true;
 }
 
+// `stub_status;` (nginx ≥ 1.7.5; the older `stub_status on;` form is accepted, its argument ignored as nginx
+// ignores it).
+// One slot with `status`: both in one location is "is duplicate".
+bool set_stub_status(Builder&, Scope& s, const Directive&) {
+  StatusLocConf& c = s.loc->module<StatusLocConf>();
+  c.enabled = true;
+  c.stub = true;
+  return true;
+}
+
 constexpr DirectiveSpec kStatusDirectives[] = {
-    {.name = "status", .contexts = kCtxLocation, .args = kNoArgs, .set = set_status},
+    {.name = "status", .contexts = kCtxLocation, .args = kNoArgs, .set = set_status, .slot = "status"},
+    {.name = "stub_status", .contexts = kCtxLocation, .args = {0, 1}, .set = set_stub_status, .slot = "status"},
 };
 
 class StatusHandler final : public http::ContentHandler, public http::ModuleCore {
@@ -44,6 +57,10 @@ class StatusHandler final : public http::ContentHandler, public http::ModuleCore
     std::string_view args = ex.args();
     std::string body;
     std::string_view type = "text/plain";
+    if (ex.location().module<StatusLocConf>().stub) {  // nginx's headers too: no Cache-Control
+      ex.respond(200, render_stub_status(snap), type);
+      return;
+    }
     if (absl::StrContains(args, "format=json")) {
       body = render_json(snap);
       type = "application/json";

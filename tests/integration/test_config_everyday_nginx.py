@@ -203,3 +203,32 @@ def test_proxy_pass_to_a_unix_socket_is_refused_saying_so(tmp_path):
     r = srv.check_config()
     assert r.returncode == 1
     assert 'unix domain sockets are not supported in "proxy_pass"' in r.stderr.decode(), r.stderr
+
+
+def test_stub_status_is_nginx_s_page_byte_for_byte(tmp_path):
+    port = sut.free_port()
+    srv = _server(tmp_path, f"""    server {{
+        listen 127.0.0.1:{port};
+        location = /basic_status {{ stub_status; }}
+        location = /old_form {{ stub_status on; }}
+    }}""", port=port)
+    srv.start()
+    try:
+        with sut.Conn(port) as c:  # the harness's start probe connected once: count from there
+            base = None
+            for n, path in enumerate(("/basic_status", "/old_form")):
+                c.send(sut.build_request("GET", path, close=False))
+                resp = c.read_response()
+                assert resp.status == 200 and resp.header("Content-Type") == "text/plain", resp
+                assert not resp.has("Cache-Control")
+                m = re.fullmatch(rb"Active connections: (\d+) \nserver accepts handled requests\n (\d+) (\d+) (\d+) \n"
+                                 rb"Reading: 0 Writing: 1 Waiting: (\d+) \n", resp.body)
+                assert m, resp.body
+                active, accepts, handled, requests, waiting = (int(g) for g in m.groups())
+                # Ours is the one writing; the harness's start probe may not be closed yet on its core.
+                assert accepts == handled and active == 1 + waiting and waiting <= 1, resp.body
+                if base is None:
+                    base = (accepts, requests)
+                assert (accepts, requests) == (base[0], base[1] + n), resp.body  # same connection, one more request
+    finally:
+        assert srv.stop() == 0
