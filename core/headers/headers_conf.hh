@@ -1,4 +1,4 @@
-// Configuration of the headers module (nginx's ngx_http_headers_module; add_header so far), stored by module
+// Configuration of the headers module (nginx's ngx_http_headers_module: add_header, expires), stored by module
 // (config/module_conf.hh): `loc.module<headers::HeadersLocConf>()`.
 #pragma once
 
@@ -8,6 +8,7 @@
 
 #include "core/config/conf.hh"
 #include "core/config/module_conf.hh"
+#include "core/headers/expires.hh"
 
 namespace kosoku::headers {
 
@@ -23,6 +24,8 @@ struct AddHeader {
 struct HeadersLocConf {
   static constexpr config::ConfLevel kLevel = config::ConfLevel::kLocation;
   std::vector<AddHeader> add_header;
+  Expires expires;                                     // `expires` (default off); inherited
+  std::shared_ptr<const config::Template> expires_var;  // `expires $variable;`: parsed per response
 };
 
 config::Module& module();

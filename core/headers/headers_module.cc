@@ -1,18 +1,23 @@
-// The headers module (nginx's ngx_http_headers_module; add_header so far): the directive, and the head filter
-// that adds its fields to a response head — for the statuses nginx names unless `always`, with the value's
-// variables expanded against the request and its status; a value that expands to "" is not sent.
+// The headers module (nginx's ngx_http_headers_module): `expires` and `add_header`, and the head filters that
+// add their fields to a response head, in nginx's order (Expires and Cache-Control first, then add_header's) —
+// for the statuses nginx names (add_header's `always` adds its field to every status), with the values'
+// variables expanded against the request and its status; an add_header value that expands to "" is not sent.
 #include <string>
 #include <string_view>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "core/base/log.hh"
 #include "core/config/directive.hh"
 #include "core/config/module.hh"
 #include "core/config/variables.hh"
 #include "core/headers/headers_conf.hh"
+#include "core/http/conditional.hh"
 #include "core/http/exchange.hh"
 #include "core/http/phase.hh"
 #include "core/http/variables.hh"
+#include "core/reactor/reactor.hh"
 
 namespace kosoku::headers {
 
@@ -29,7 +34,7 @@ bool set_add_header(Builder& b, Scope& s, const Directive& d) {
   if (h.value.find_first_of(std::string_view("\r\n\0", 3)) != std::string::npos) return fail_invalid_value(b, d, 1);
   if (d.args.size() == 3) {
     if (d.args[2].value != "always") {
-      return b.fail(d.args[2].loc, absl::StrCat("invalid parameter ", quoted(d.args[2].value)));
+      return b.fail(d.args[2].loc, absl::StrCat("invalid parameter ", config::quoted(d.args[2].value)));
     }
     h.always = true;
   }
@@ -42,7 +47,30 @@ bool set_add_header(Builder& b, Scope& s, const Directive& d) {
   return true;
 }
 
+// `expires [modified] TIME | @TIME | epoch | max | off;` or `expires $variable;` (expires.hh).
+bool set_expires(Builder& b, Scope& s, const Directive& d) {
+  HeadersLocConf& c = s.loc->module<HeadersLocConf>();
+  if (d.args.size() == 1 && d.args[0].value.find('$') != std::string::npos) {
+    c.expires_var = compile_arg(b, d.args[0], LogEscape::kNone);
+    return c.expires_var != nullptr;
+  }
+  if (!parse_expires(d.args[0].value, d.args.size() == 2 ? std::string_view(d.args[1].value) : std::string_view(),
+                     &c.expires)) {
+    const size_t bad = d.args.size() == 2 && d.args[0].value == "modified" ? 1 : 0;
+    return fail_invalid_value(b, d, bad);
+  }
+  c.expires_var = nullptr;
+  return true;
+}
+
 constexpr DirectiveSpec kHeadersDirectives[] = {
+    {.name = "expires", .contexts = kCtxHttpAny, .args = kTake12, .set = set_expires,
+     .merge_loc =
+         [](LocationConf& c, const LocationConf& p) {
+           c.module<HeadersLocConf>().expires = p.module<HeadersLocConf>().expires;
+           c.module<HeadersLocConf>().expires_var = p.module<HeadersLocConf>().expires_var;
+         },
+     .default_value = "off"},
     {.name = "add_header", .contexts = kCtxHttpAny, .args = kTake23, .flags = kMulti, .set = set_add_header,
      .merge_loc = inherit<&HeadersLocConf::add_header>},
 };
@@ -67,7 +95,47 @@ void add_headers(const http::Exchange& ex, int status, std::string& h) {
   }
 }
 
-constexpr http::HeadFilter kHeadFilters[] = {{.run = &add_headers}};
+// The response's Last-Modified: the handler's, else a proxied or cached response's field in `head`; -1: none.
+int64_t last_modified_of(const http::Exchange& ex, std::string_view head) {
+  if (ex.head().last_modified >= 0) return ex.head().last_modified;
+  for (size_t at = head.find("\r\n"); at != std::string_view::npos && at + 2 < head.size();) {
+    const size_t line = at + 2;
+    at = head.find("\r\n", line);
+    std::string_view field = head.substr(line, at == std::string_view::npos ? std::string_view::npos : at - line);
+    if (absl::StartsWithIgnoreCase(field, "last-modified:")) {
+      return http::parse_http_date(absl::StripAsciiWhitespace(field.substr(14))).value_or(-1);
+    }
+  }
+  return -1;
+}
+
+void add_expires(const http::Exchange& ex, int status, std::string& h) {
+  const HeadersLocConf& c = ex.location().module<HeadersLocConf>();
+  if (c.expires.kind == Expires::Kind::kOff && c.expires_var == nullptr) return;
+  if (!add_header_status(status)) return;
+  Expires e = c.expires;
+  if (c.expires_var != nullptr) {
+    std::string value;
+    http::RequestVariables vars(ex, http::RequestVariables::Response{status, 0, 0, 0}, ex.core().reactor);
+    config::expand(*c.expires_var, vars, value);
+    std::string_view v = absl::StripAsciiWhitespace(value);
+    if (v.empty()) return;  // a variable that is empty or not set: no fields, as `off`
+    std::string_view first = v.substr(0, v.find(' '));
+    std::string_view second = first.size() < v.size() ? absl::StripLeadingAsciiWhitespace(v.substr(first.size()))
+                                                      : std::string_view();
+    if (!parse_expires(first, second, &e)) {
+      // nginx adds nothing either, silently; kosoku also says so (rate-limited).
+      KOSOKU_LOG_EVERY_MS(1000, kError, "invalid \"expires\" value \"%s\": no Expires sent", value);
+      return;
+    }
+  }
+  if (e.kind == Expires::Kind::kOff) return;
+  const int64_t last_modified = e.kind == Expires::Kind::kModified ? last_modified_of(ex, h) : -1;
+  erase_cache_fields(h);
+  append_expires_fields(e, ex.core().reactor->wall_time(), last_modified, h);
+}
+
+constexpr http::HeadFilter kHeadFilters[] = {{.run = &add_expires}, {.run = &add_headers}};
 
 }  // namespace
 
