@@ -7,6 +7,7 @@
 #include "core/access_log/log_conf.hh"
 #include "core/access/access_conf.hh"
 #include "core/cache/cache_conf.hh"
+#include "core/charset/charset_conf.hh"
 #include "core/config/module.hh"
 #include "core/headers/headers_conf.hh"
 #include "core/http/variables.hh"
@@ -19,8 +20,8 @@
 namespace kosoku::config {
 
 std::span<Module* const> modules() {
-  static const std::array<Module*, 16> kModules = [] {
-    std::array<Module*, 16> list = {
+  static const std::array<Module*, 17> kModules = [] {
+    std::array<Module*, 17> list = {
         &core_module(),       // main context: workers, error_log, disk_queue, events, http
         &appliance_module(),  // appliance { }
         &http_core_module(),  // server, listen, server_name, location, client_* limits
@@ -30,7 +31,8 @@ std::span<Module* const> modules() {
         &access_log::module(),  // access_log, log_format
         &rewrite::module(),   // return (SERVER_REWRITE, REWRITE phases)
         &access::module(),    // allow, deny (ACCESS phase)
-        &headers::module(),   // add_header (a response head filter)
+        &headers::module(),   // expires, add_header (response head filters)
+        &charset::module(),   // charset, charset_types (a response head filter)
         &rules::module(),
         &cache::module(),     // before the proxy: it serves the proxy_pass locations with proxy_cache
         &proxy::module(),     // proxy_pass, upstream { }, $proxy_*, $upstream_*
