@@ -86,6 +86,13 @@ Found find_in(const LocationIndex& idx, std::string_view uri, const LocationConf
 
 }  // namespace
 
+const LocationConf* ServerConf::find_named(std::string_view name) const {
+  for (const LocationConf& l : locations) {
+    if (l.match == LocationConf::Match::kNamed && l.pattern == name) return &l;
+  }
+  return nullptr;
+}
+
 const LocationConf* ServerConf::find_location(std::string_view uri) const {
   const LocationConf* cur = &base;
   find_in(location_index, uri, &cur);

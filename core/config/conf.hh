@@ -44,6 +44,17 @@ struct SourceLoc {
   int col = 0;
 };
 
+/// `error_page CODE... [=[RESPONSE]] URI;` (nginx's ngx_http_core_module): an error response with one of `codes`
+/// is answered by an internal redirect to `uri` (a path with optional `?args`, or `@name`), or by a redirect
+/// to it when it is a URL (302, or `=RESPONSE` when that is 301, 302, 303, 307 or 308).
+struct ErrorPage {
+  std::vector<int> codes;
+  /// The status of the answer: -1 (no `=`): the original code; 0 (`=` alone): the status the redirected
+  /// request answers with; else that status.
+  int overwrite = -1;
+  std::shared_ptr<const Template> uri;  // never null; may contain variables
+};
+
 /// `aio io_uring[=NAME] | threads[=NAME] | off;` (http, server, location).
 enum class AioMode { kIoUring, kThreads, kOff };
 
@@ -124,7 +135,15 @@ struct LocationIndex {
 };
 
 struct LocationConf {
-  enum class Match { kNone, kPrefix, kExact, kPrefixNoRegex /* ^~ */, kRegex /* ~ */, kRegexCaseless /* ~* */ };
+  enum class Match {
+    kNone,
+    kPrefix,
+    kExact,
+    kPrefixNoRegex /* ^~ */,
+    kRegex /* ~ */,
+    kRegexCaseless /* ~* */,
+    kNamed /* @name: reached only by error_page (ServerConf::find_named), never by a URI */
+  };
   Match match = Match::kNone;  // kNone: the server-level pseudo-location used when no location matches
   std::string pattern;         // URI prefix, exact URI, or regex source
   std::shared_ptr<re2::RE2> regex;  // compiled for kRegex / kRegexCaseless
@@ -133,6 +152,7 @@ struct LocationConf {
   std::string root = "html";                  // `root` (nginx default: prefix/html)
   std::optional<std::string> alias;           // `alias` (location only); replaces the matched prefix
   std::vector<std::string> try_files;         // `try_files file ... uri|=code`; empty: not set
+  std::vector<ErrorPage> error_pages;         // `error_page`: inherited whole by a block without one
   std::shared_ptr<const MimeTypes> types;     // never null after loading
   std::string default_type = "text/plain";
 
@@ -189,6 +209,8 @@ struct ServerConf {
   /// chosen prefix location's nested locations first, then the outer level), else the longest prefix;
   /// else `base`. `uri` is the normalised, percent-decoded path. Never returns null.
   const LocationConf* find_location(std::string_view uri) const;
+  /// The named location `name` ("@fallback", with its '@'), or null.
+  const LocationConf* find_named(std::string_view name) const;
 };
 
 /// server_name lookup tables of one ListenSocket (built by the loader; used by find_server).

@@ -31,6 +31,9 @@ bool set_root_or_alias(Builder& b, Scope& s, const Directive& d) {
     return b.fail(d.args[0].loc, absl::StrCat("variables in the ", quoted(d.name), " directive are not supported"));
   }
   if (d.name == "alias") {
+    if (s.loc->match == LocationConf::Match::kNamed) {
+      return b.fail(d.loc, "the \"alias\" directive cannot be used inside the named location");
+    }
     if (s.loc->match == LocationConf::Match::kRegex || s.loc->match == LocationConf::Match::kRegexCaseless) {
       return b.fail(d.loc, "the \"alias\" directive inside a regex location needs captures, which kosoku does not "
                            "support");
@@ -56,6 +59,39 @@ bool set_try_files(Builder& b, Scope& s, const Directive& d) {
   }
   s.loc->try_files.clear();
   for (const Arg& a : d.args) s.loc->try_files.push_back(a.value);
+  return true;
+}
+
+// `error_page CODE... [=[RESPONSE]] URI;` (nginx's texts). Several lines add up in one block.
+bool set_error_page(Builder& b, Scope& s, const Directive& d) {
+  ErrorPage ep;
+  size_t n = d.args.size() - 1;  // the last is the URI
+  const Arg& over = d.args[n - 1];
+  if (!over.value.empty() && over.value[0] == '=') {
+    if (n == 1) return b.fail(d.loc, "invalid number of arguments in \"error_page\" directive");
+    if (over.value.size() == 1) {
+      ep.overwrite = 0;
+    } else {
+      auto code = parse_number(std::string_view(over.value).substr(1), 999);
+      if (!code || *code < 200 || *code > 599) return b.fail(over.loc, absl::StrCat("invalid value ", quoted(over.value)));
+      ep.overwrite = static_cast<int>(*code);
+    }
+    --n;
+  }
+  for (size_t i = 0; i < n; ++i) {
+    auto code = parse_number(d.args[i].value, 999);
+    if (!code) return b.fail(d.args[i].loc, absl::StrCat("invalid value ", quoted(d.args[i].value)));
+    if (*code == 499 || *code < 300 || *code > 599) {
+      return b.fail(d.args[i].loc, absl::StrCat("value ", quoted(d.args[i].value), " must be between 300 and 599"));
+    }
+    ep.codes.push_back(static_cast<int>(*code));
+  }
+  const Arg& uri = d.args.back();
+  if (uri.value.empty()) return fail_invalid_value(b, d, d.args.size() - 1);
+  ep.uri = compile_arg(b, uri, LogEscape::kUri);
+  if (!ep.uri) return false;
+  if (!s.seen->has("error_page")) s.loc->error_pages.clear();
+  s.loc->error_pages.push_back(std::move(ep));
   return true;
 }
 
@@ -169,6 +205,8 @@ constexpr DirectiveSpec kHttpDirectives[] = {
      },
      .slot = "root"},
     {.name = "try_files", .contexts = kCtxServerAny, .args = k2More, .set = set_try_files},
+    {.name = "error_page", .contexts = kCtxHttpAny, .args = k2More, .flags = kMulti, .set = set_error_page,
+     .merge_loc = inherit<&LocationConf::error_pages>},
     {.name = "default_type", .contexts = kCtxHttpAny, .args = kTake1, .set = set_string<&LocationConf::default_type>,
      .merge_loc = inherit<&LocationConf::default_type>, .default_value = "text/plain"},
     {.name = "keepalive_timeout", .contexts = kCtxHttpAny, .args = kTake12, .set = set_keepalive_timeout,

@@ -203,13 +203,21 @@ bool set_location(Builder& b, Scope& s, const Directive& d) {
       m = Match::kRegex;
       v.remove_prefix(1);
     } else if (v.rfind("@", 0) == 0) {
-      return b.fail(ploc, absl::StrCat("named location ", quoted(v), " is not supported"));
+      m = Match::kNamed;
+      if (s.ctx != kCtxServer) {
+        return b.fail(d.loc, absl::StrCat("named location ", quoted(v), " can be on the server level only"));
+      }
+      if (v.size() == 1) return b.fail(ploc, "invalid location: empty name");
     }
     pattern = std::string(v);
   }
   if (pattern.empty()) return b.fail(ploc, "invalid location: empty URI");
   if (s.ctx == kCtxLocation) {
     const LocationConf& parent = *s.loc;
+    if (parent.match == Match::kNamed) {
+      return b.fail(d.loc, absl::StrCat("location ", quoted(pattern), " could not be inside the named location ",
+                                        quoted(parent.pattern)));
+    }
     if (parent.match == Match::kExact) {
       return b.fail(d.loc, absl::StrCat("location ", quoted(pattern), " cannot be inside the exact location ",
                                         quoted(parent.pattern)));
@@ -221,7 +229,8 @@ bool set_location(Builder& b, Scope& s, const Directive& d) {
   }
   for (const auto& sibling : s.loc_node->children) {
     const LocationConf& o = sibling->conf;
-    bool same_class = (m == Match::kExact && o.match == Match::kExact) || (prefix_class(m) && prefix_class(o.match));
+    bool same_class = (m == Match::kExact && o.match == Match::kExact) || (prefix_class(m) && prefix_class(o.match)) ||
+                      (m == Match::kNamed && o.match == Match::kNamed);
     if (same_class && o.pattern == pattern) {
       return b.fail(d.loc, absl::StrCat("duplicate location ", quoted(pattern)));
     }

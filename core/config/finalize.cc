@@ -84,6 +84,7 @@ void build_index(std::vector<LocationConf>& locs, LocationIndex* idx) {
         idx->regex.push_back(&l);
         break;
       case Match::kNone:
+      case Match::kNamed:  // reached by name only
         break;
     }
   }

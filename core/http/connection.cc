@@ -159,7 +159,7 @@ void HttpConnection::send_head(Http1Request& r) {
   r.head_sent_ = true;
   const ResponseHead& head = r.head_;
   const Request& q = r.req_;
-  const int status = r.status_ = head.status;
+  const int status = r.status_ = r.final_status();
   const bool framed = q.version_minor >= 1 && !q.method_text.empty();  // an HTTP/1.1 request (not a rejected head)
   if (head.content_length < 0 && status_has_body(status)) {
     // Unknown length: chunked for HTTP/1.1 (keeps the connection), close-delimited for HTTP/1.0.
@@ -178,7 +178,10 @@ void HttpConnection::send_head(Http1Request& r) {
   if (head.content_length >= 0 && status != 304 && status != 204 && status >= 200) {
     absl::StrAppend(&h, "Content-Length: ", head.content_length, "\r\n");
   }
-  if (head.last_modified >= 0) {
+  // An error page's body answered in place of the error (error_page) is not the resource: no validator of its
+  // own time and no ranges (nginx's header and range filters do the same for a status other than 200).
+  const bool error_page_body = status != head.status;
+  if (head.last_modified >= 0 && !error_page_body) {
     char date[kHttpDateLen];
     absl::StrAppend(&h, "Last-Modified: ", format_http_date(head.last_modified, date), "\r\n");
   }
@@ -197,7 +200,7 @@ void HttpConnection::send_head(Http1Request& r) {
     append_uri_field(head.location, h);  // whatever set it, a control byte never leaves raw (uri.hh)
     h.append("\r\n");
   }
-  if (head.accept_ranges) h.append("Accept-Ranges: bytes\r\n");
+  if (head.accept_ranges && !error_page_body) h.append("Accept-Ranges: bytes\r\n");
   h.append(head.extra);
   r.append_module_fields(status, h);
   h.append("\r\n");

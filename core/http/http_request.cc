@@ -26,6 +26,7 @@ HttpRequest::HttpRequest(HttpServer& srv, const config::ServerConf& default_serv
 
 HttpRequest::~HttpRequest() {
   content_.reset();  // first: a content state's destructor may still look at its request
+  replaced_content_.reset();
   if (fields_ != nullptr) srv_.give_fields(std::move(fields_));
 }
 
@@ -87,6 +88,10 @@ void HttpRequest::reject(int status, uint64_t now_ms) {
 }
 
 void HttpRequest::respond(int status, std::string_view body, std::string_view content_type) {
+  if (body.empty() && status >= 300 && location_chosen_ && !error_redirected_ && !head_sent_ &&
+      !loc_->error_pages.empty() && error_page_redirect(status)) {
+    return;
+  }
   head_.status = status;
   if (body.empty() && !(status >= 200 && status < 300)) {
     body = error_page(status, loc_->server_tokens);

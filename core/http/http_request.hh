@@ -67,6 +67,9 @@ class HttpRequest : public Exchange {
   void reject(int status, uint64_t now_ms);
   /// POST_READ through CONTENT (http/phase.hh), nginx's order; the content handler may finish at once or later.
   void run_phases();
+  /// The status the response goes out with: an error_page redirect's (err_status_) in place of the 200 its
+  /// target answered, else the handler's.
+  int final_status() const { return err_status_ != 0 && head_.status == 200 ? err_status_ : head_.status; }
   /// The access-log line of the finished request (LOG phase): `bytes_sent` is what the wire sent for it.
   void log(uint64_t bytes_sent, uint64_t now_ms);
   /// The response is complete and logged: the head's memory goes (field table back to the pool, the head's
@@ -112,6 +115,22 @@ class HttpRequest : public Exchange {
 
  private:
   bool run_module_phases(Phase phase);
+  /// SERVER_REWRITE through CONTENT for the current URI (the phases after POST_READ, where an internal
+  /// redirect starts again, as nginx's ngx_http_internal_redirect).
+  void run_from_server_rewrite();
+  /// From FIND_CONFIG's checks (loc_ chosen) through CONTENT; a named location starts here.
+  void run_from_location();
+  /// `error_page` for `status` (config/conf.hh: ErrorPage): an internal redirect, or a redirect to a URL.
+  /// True when it answered (or will); false when no error_page applies and the caller answers as usual.
+  bool error_page_redirect(int status);
+
+  bool location_chosen_ = false;  // FIND_CONFIG ran: error_page may apply
+  bool error_redirected_ = false;  // an error_page redirect happened: no second one (recursive_error_pages off)
+  int err_status_ = 0;             // the status of an error_page redirect's answer (0: the target's own)
+  std::string redirect_args_;      // the query an error_page URI gave (req_.query views it)
+  /// The content state an error_page redirect took the request from: kept (inert) until the request goes, as
+  /// the redirect may run inside one of its calls.
+  std::unique_ptr<ContentState> replaced_content_;
 };
 
 }  // namespace kosoku::http

@@ -1,7 +1,11 @@
 // A request's phases (nginx's phase engine, ngx_http_core_module; http/phase.hh): URI normalisation
 // (POST_READ), the modules' SERVER_REWRITE handlers, the location (FIND_CONFIG) and its body-size and Expect
 // checks, the modules' REWRITE and ACCESS handlers, and the content handler the configuration chose for the
-// location. The class is declared in http_request.hh.
+// location; and `error_page`'s internal redirect, which runs them again from SERVER_REWRITE (a URI) or from
+// the location's checks (a named location). The class is declared in http_request.hh.
+#include <algorithm>
+
+#include "core/base/log.hh"
 #include "core/http/connection.hh"
 #include "core/http/http_request.hh"
 #include "core/http/uri.hh"
@@ -28,14 +32,24 @@ void HttpRequest::run_phases() {
     respond(norm, {}, {});
     return;
   }
-  // POST_READ and SERVER_REWRITE: the modules' handlers (a server-level `return`, core/rewrite/, answers before
-  // any location is chosen).
-  if (run_module_phases(Phase::kPostRead) || run_module_phases(Phase::kServerRewrite)) return;
+  // POST_READ, then the rest.
+  if (run_module_phases(Phase::kPostRead)) return;
+  run_from_server_rewrite();
+}
 
-  // FIND_CONFIG: the location, then the request body's framing limits (RFC 9110 §15.5.14; nginx
-  // client_max_body_size) and expectations.
+void HttpRequest::run_from_server_rewrite() {
+  // SERVER_REWRITE: the modules' handlers (a server-level `return`, core/rewrite/, answers before any location
+  // is chosen).
+  if (run_module_phases(Phase::kServerRewrite)) return;
+  // FIND_CONFIG: the location.
   loc_ = server_->find_location(uri_);
+  run_from_location();
+}
+
+void HttpRequest::run_from_location() {
+  location_chosen_ = true;
   location_chosen();
+  // The request body's framing limits (RFC 9110 §15.5.14; nginx client_max_body_size) and expectations.
   uint64_t max_body = loc_->client_max_body_size;
   if (req_.body == BodyFraming::kContentLength && max_body != 0 && *req_.content_length > max_body) {
     keep_alive_ = false;
@@ -67,6 +81,72 @@ void HttpRequest::run_phases() {
     }
   }
   handler.handle(*this);
+}
+
+// `error_page` (nginx's ngx_http_send_error_page): runs inside respond(), possibly inside a call of the content
+// state that failed; that state is kept until the request goes, so its call returns into live memory.
+bool HttpRequest::error_page_redirect(int status) {
+  const config::ErrorPage* page = nullptr;
+  for (const config::ErrorPage& ep : loc_->error_pages) {
+    if (std::find(ep.codes.begin(), ep.codes.end(), status) != ep.codes.end()) {
+      page = &ep;
+      break;
+    }
+  }
+  if (page == nullptr) return false;
+  error_redirected_ = true;
+  std::string target;
+  RequestVariables vars(*this, RequestVariables::Response{status, 0, 0, 0}, core_.reactor);
+  config::expand(*page->uri, vars, target);
+  if (target.empty()) return false;
+  if (target[0] != '/' && target[0] != '@') {
+    // A URL: the client is sent there (nginx: 302, or the `=` status when it is a redirect's).
+    const int o = page->overwrite;
+    const int code = o == 301 || o == 302 || o == 303 || o == 307 || o == 308 ? o : 302;
+    redirect(code, target);
+    return true;
+  }
+  // An internal redirect: the handler that failed lets go (it is kept, inert, until the request goes), the
+  // response head starts anew, and the request goes through the phases again as a GET (HEAD stays HEAD).
+  if (content_ != nullptr) {
+    content_->on_response_complete();
+    replaced_content_ = std::move(content_);
+  }
+  head_ = ResponseHead{};
+  err_status_ = page->overwrite < 0 ? status : page->overwrite;
+  if (req_.method != Method::kHead) {
+    req_.method = Method::kGet;
+    req_.method_text = "GET";
+  }
+  // The error page is sent whole: the client's preconditions and Range were about the resource it asked for
+  // (nginx's not-modified and range filters let a status other than 200 through untouched).
+  for (HeaderToken t : {HeaderToken::kIfMatch, HeaderToken::kIfModifiedSince, HeaderToken::kIfNoneMatch,
+                        HeaderToken::kIfRange, HeaderToken::kIfUnmodifiedSince, HeaderToken::kRange}) {
+    req_.first_field[static_cast<size_t>(t)] = Request::kNoField;
+  }
+  if (target[0] == '@') {
+    const config::LocationConf* named = server_->find_named(target);
+    if (named == nullptr) {
+      KOSOKU_LOG(kError, "could not find named location \"%s\"", target);
+      err_status_ = 0;
+      respond(500, {}, {});
+      return true;
+    }
+    loc_ = named;
+    run_from_location();
+    return true;
+  }
+  const size_t q = target.find('?');
+  if (q != std::string::npos) {
+    redirect_args_ = target.substr(q + 1);
+    req_.query = redirect_args_;
+    target.resize(q);
+  } else {
+    req_.query = {};
+  }
+  uri_ = std::move(target);
+  run_from_server_rewrite();
+  return true;
 }
 
 }  // namespace kosoku::http
