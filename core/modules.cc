@@ -11,6 +11,7 @@
 #include "core/config/module.hh"
 #include "core/headers/headers_conf.hh"
 #include "core/http/variables.hh"
+#include "core/map/map_conf.hh"
 #include "core/proxy/proxy_conf.hh"
 #include "core/rewrite/rewrite_conf.hh"
 #include "core/rules/rules_core.hh"
@@ -20,14 +21,15 @@
 namespace kosoku::config {
 
 std::span<Module* const> modules() {
-  static const std::array<Module*, 17> kModules = [] {
-    std::array<Module*, 17> list = {
+  static const std::array<Module*, 18> kModules = [] {
+    std::array<Module*, 18> list = {
         &core_module(),       // main context: workers, error_log, disk_queue, events, http
         &appliance_module(),  // appliance { }
         &http_core_module(),  // server, listen, server_name, location, client_* limits
         &http_module(),       // root, alias, try_files, types, timeouts, open_file_cache, aio, ...
         &no_effect_module(),  // nginx's internal tuning (hash sizes, accept loop): accepted with a notice
         &http::variables_module(),  // $uri, $host, $http_NAME, $status, ...
+        &map::module(),       // map { } (its variables resolve in every template after it)
         &access_log::module(),  // access_log, log_format
         &rewrite::module(),   // return (SERVER_REWRITE, REWRITE phases)
         &access::module(),    // allow, deny (ACCESS phase)
