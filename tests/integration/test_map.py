@@ -212,3 +212,15 @@ def test_config_errors(tmp_path):
     msg = (res.stderr + res.stdout).decode(errors="replace")
     assert res.returncode != 0
     assert "invalid number of the map parameters" in msg, msg
+
+
+def test_pcre_only_regex_is_a_config_error(tmp_path):
+    """kosoku's regexes are RE2: nginx's PCRE-only syntax (lookahead) is refused at load with file:line:col."""
+    if sut.SUT != "kosoku":
+        pytest.skip("nginx (PCRE) accepts lookahead")
+    bad = sut.ServerProcess(sut.SUT, tmp_path / "re", "    map $uri $mt_bad3 {\n        ~^/(?=a) 1;\n    }\n", [])
+    res = bad.check_config()
+    msg = (res.stderr + res.stdout).decode(errors="replace")
+    assert res.returncode != 0
+    line = bad.conf_text.splitlines().index("        ~^/(?=a) 1;") + 1
+    assert f'{bad.conf_path}:{line}:9: invalid regular expression "^/(?=a)": invalid perl operator: (?=' in msg, msg
