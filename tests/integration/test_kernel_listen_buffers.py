@@ -49,6 +49,7 @@ def test_listening_and_accepted_sockets_take_the_sizes(tmp):
 
 def config_test(tmp, server: str) -> subprocess.CompletedProcess:
     conf = tmp / "t.conf"
+    (tmp / "logs").mkdir(exist_ok=True)  # -t opens the default error log (logs/error.log) as the start does
     conf.write_text(f"worker_processes 1;\nhttp {{\n{server}\n}}\n")
     return subprocess.run([sut.kosoku_bin(), "-t", "-c", str(conf)], capture_output=True, text=True, timeout=30)
 

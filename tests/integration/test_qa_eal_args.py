@@ -36,6 +36,7 @@ COL = len('    eal -l 0 --in-memory "') + 1  # the --vdev argument's column (the
 
 def check(tmp_path: Path, kv: str, eal: str | None = None) -> subprocess.CompletedProcess:
     conf = tmp_path / "t.conf"
+    (tmp_path / "logs").mkdir(exist_ok=True)  # -t opens the default error log (logs/error.log) as the start does
     text = CONF.format(kv=kv)
     if eal is not None:
         text = text.replace(f'-l 0 --in-memory "--vdev=net_tap0,{kv}"', eal)
@@ -109,6 +110,7 @@ def test_ambiguous_or_wrong_prefixes_are_refused(tmp_path, eal, col, message):
                                        ("11", False), ("0", False), ("1s", False)])
 def test_idle_sleep_takes_a_bare_number_as_milliseconds(tmp_path, value, ok):
     conf = tmp_path / "t.conf"
+    (tmp_path / "logs").mkdir(exist_ok=True)
     conf.write_text(CONF.format(kv="iface=qa0").replace("    address", f"    idle_sleep {value};\n    address"))
     r = subprocess.run([sut.kosoku_bin(), "-t", "-c", str(conf)], capture_output=True, text=True, timeout=30)
     assert (r.returncode == 0) == ok, (value, r.stderr)
