@@ -123,6 +123,17 @@ void set_nofile_limit(const kosoku::config::MainConf& conf) {
   }
 }
 
+// The pid file written at start: removed when main returns.
+struct PidFile {
+  std::string path;  // empty: none written
+  PidFile() = default;
+  PidFile(const PidFile&) = delete;
+  PidFile& operator=(const PidFile&) = delete;
+  ~PidFile() {
+    if (!path.empty()) ::unlink(path.c_str());
+  }
+};
+
 // Writes "PID\n" to `path` (created 0644 or truncated). 0, or -errno.
 int write_pid_file(const std::string& path) {
   int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -256,16 +267,18 @@ int main(int argc, char** argv) {
     }
   }
 
-  // `pid FILE;`: written once the configuration and the listen addresses are known good, removed at exit.
-  std::string pid_path;
+  // `pid FILE;`: written once the configuration and the listen addresses are known good, removed on every
+  // way out of main (a failed start included).
+  PidFile pid_file;
   if (!pid1 && !conf.pid_path.empty()) {
-    pid_path = conf.pid_path[0] == '/' ? conf.pid_path : prefix + conf.pid_path;
+    const std::string pid_path = conf.pid_path[0] == '/' ? conf.pid_path : prefix + conf.pid_path;
     if (int rc = write_pid_file(pid_path); rc < 0) {
       std::fprintf(stderr, "kosoku: [emerg] open() \"%s\" failed (%d: %s)\n", pid_path.c_str(), -rc,
                    std::strerror(-rc));
       KOSOKU_LOG(kEmerg, "open() \"%s\" failed (%d: %s)", pid_path, -rc, std::strerror(-rc));
       return 1;
     }
+    pid_file.path = pid_path;
   }
 
   std::vector<int> cpus = allowed_cpus();
@@ -365,7 +378,6 @@ int main(int argc, char** argv) {
   for (auto& w : workers) w->request_stop(pid1 ? 2000 : kDrainMs);
   for (auto& w : workers) w->join();
   if (dpdk_backend != nullptr) dpdk_backend->stop();  // the object stays: the stats source above points to it
-  if (!pid_path.empty()) ::unlink(pid_path.c_str());
   KOSOKU_LOG(kNotice, "exit");
   if (pid1) {
     console.stop();

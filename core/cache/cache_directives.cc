@@ -507,7 +507,7 @@ constexpr DirectiveSpec kCacheDirectives[] = {
     {.name = "proxy_ignore_headers", .contexts = kCtxHttpAny, .args = k1More, .set = set_ignore_headers,
      .merge_loc = inherit<&CacheLocConf::ignore_headers>},
     {.name = "proxy_cache_purge", .contexts = kCtxHttpAny, .args = k1More, .set = set_cache_purge},
-    {.name = "split_clients", .contexts = kCtxHttp, .args = kTake2, .flags = kBlock | kMulti,
+    {.name = "split_clients", .contexts = kCtxHttp, .args = kTake2, .flags = kBlock | kMulti | kDataBlock,
      .set = set_split_clients},
 };
 

@@ -47,6 +47,7 @@ inline constexpr Args k2More{2, kAnyArgs};
 enum DirectiveFlag : uint32_t {
   kBlock = 1u << 0,  // takes a `{ ... }` body (else must end with `;`)
   kMulti = 1u << 1,  // may repeat in one block (listen, allow, add_header, ...); else "is duplicate"
+  kDataBlock = 1u << 2,  // its block holds data lines, not directives (map, types, split_clients)
 };
 
 using SetFn = bool (*)(Builder& b, Scope& s, const Directive& d);
@@ -84,6 +85,9 @@ const DirectiveSpec* find_directive(std::string_view name, uint32_t ctx);
 /// upstream): the parser then reports `directive "NAME" has no opening "{"` where the `;` ends it, as nginx does,
 /// rather than the stray `}` the missing `{` leaves further on.
 bool is_block_only_directive(std::string_view name);
+/// Whether a row named `name` takes a data block (kDataBlock): inside it a line's first word is data (a map key
+/// may be "http"), so the parser's block-only check is not applied there.
+bool is_data_block_directive(std::string_view name);
 
 // The core's own tables (config/directives_*.cc), named by the core module descriptors (config/module.cc).
 std::span<const DirectiveSpec> core_directives();

@@ -299,7 +299,7 @@ constexpr DirectiveSpec kHttpServerDirectives[] = {
     {.name = "server_name", .contexts = kCtxServer, .args = k1More, .flags = kMulti, .set = set_server_name},
     {.name = "location", .contexts = kCtxServer | kCtxLocation, .args = kTake12, .flags = kBlock | kMulti,
      .set = set_location},
-    {.name = "types", .contexts = kCtxHttpAny, .args = kNoArgs, .flags = kBlock | kMulti, .set = set_types,
+    {.name = "types", .contexts = kCtxHttpAny, .args = kNoArgs, .flags = kBlock | kMulti | kDataBlock, .set = set_types,
      .merge_loc = inherit<&LocationConf::types>},
     {.name = "client_header_timeout", .contexts = kCtxHttp | kCtxServer, .args = kTake1,
      .set = set_msec<&ServerConf::client_header_timeout_ms>,

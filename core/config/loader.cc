@@ -47,6 +47,15 @@ bool is_block_only_directive(std::string_view name) {
   return true;
 }
 
+bool is_data_block_directive(std::string_view name) {
+  auto it = rows_by_name().find(absl::string_view(name.data(), name.size()));
+  if (it == rows_by_name().end()) return false;
+  for (const DirectiveSpec* row : it->second) {
+    if (row->flags & kDataBlock) return true;
+  }
+  return false;
+}
+
 const DirectiveSpec* find_directive(std::string_view name, uint32_t ctx) {
   const RowsByName& by_name = rows_by_name();
   auto it = by_name.find(absl::string_view(name.data(), name.size()));

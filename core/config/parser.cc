@@ -30,7 +30,7 @@ class Parser {
   /// Parses one whole file's text; `top`-level semantics (a stray `}` is an error, EOF ends it).
   bool parse_text(std::string_view text, const std::string& file, int depth, std::vector<Directive>* out) {
     Lexer lexer(text, file);
-    return parse_block(lexer, depth, /*top=*/true, out);
+    return parse_block(lexer, depth, /*top=*/true, /*data=*/false, out);
   }
 
   std::string error;
@@ -41,7 +41,8 @@ class Parser {
     return false;
   }
 
-  bool parse_block(Lexer& lexer, int depth, bool top, std::vector<Directive>* out) {
+  /// `data`: the block holds data lines (is_data_block_directive), whose first words are not directive names.
+  bool parse_block(Lexer& lexer, int depth, bool top, bool data, std::vector<Directive>* out) {
     Token tok;
     for (;;) {
       if (!lexer.next(&tok, &error)) return false;
@@ -69,7 +70,7 @@ class Parser {
             d.args.push_back(Arg{std::move(tok.text), std::move(tok.loc), tok.quoted});
             break;
           case TokenKind::kSemicolon:
-            if (is_block_only_directive(d.name)) {
+            if (!data && is_block_only_directive(d.name)) {
               return fail(d.loc, absl::StrCat("directive \"", d.name, "\" has no opening \"{\""));
             }
             done = true;
@@ -79,7 +80,9 @@ class Parser {
               return fail(tok.loc, absl::StrCat("blocks nested too deeply (limit ", opts_.max_block_depth, ")"));
             }
             d.block = true;
-            if (!parse_block(lexer, depth + 1, /*top=*/false, &d.children)) return false;
+            if (!parse_block(lexer, depth + 1, /*top=*/false, is_data_block_directive(d.name), &d.children)) {
+              return false;
+            }
             done = true;
             break;
           case TokenKind::kBlockEnd:

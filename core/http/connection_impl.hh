@@ -33,7 +33,10 @@ class Http1Request final : public HttpRequest {
   Http1Request(HttpConnection& c, HttpServer& srv, const config::ServerConf& default_server)
       : HttpRequest(srv, default_server), conn_(c) {}
   /// The content state goes first, while the request is still whole (its destructor may ask the wire).
-  ~Http1Request() override { content_.reset(); }
+  ~Http1Request() override {
+    content_.reset();
+    replaced_content_.reset();
+  }
 
   // ---- Exchange: the wire
   std::string_view remote_addr() const override;

@@ -88,10 +88,15 @@ void HttpRequest::reject(int status, uint64_t now_ms) {
 }
 
 void HttpRequest::respond(int status, std::string_view body, std::string_view content_type) {
+  // error_page: for a request without a body only (one with a body is answered as is: its framing and the
+  // handler that read part of it stay consistent; a gap against nginx, which discards the body first).
   if (body.empty() && status >= 300 && location_chosen_ && !error_redirected_ && !head_sent_ &&
-      !loc_->error_pages.empty() && error_page_redirect(status)) {
+      req_.body == BodyFraming::kNone && !loc_->error_pages.empty() && error_page_redirect(status)) {
     return;
   }
+  // The target of an error_page redirect answers an error of its own: that status goes out (nginx: the
+  // built-in page of the new error, recursive_error_pages off).
+  if (error_redirected_ && status >= 300) err_status_ = 0;
   head_.status = status;
   if (body.empty() && !(status >= 200 && status < 300)) {
     body = error_page(status, loc_->server_tokens);

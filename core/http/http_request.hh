@@ -67,9 +67,9 @@ class HttpRequest : public Exchange {
   void reject(int status, uint64_t now_ms);
   /// POST_READ through CONTENT (http/phase.hh), nginx's order; the content handler may finish at once or later.
   void run_phases();
-  /// The status the response goes out with: an error_page redirect's (err_status_) in place of the 200 its
-  /// target answered, else the handler's.
-  int final_status() const { return err_status_ != 0 && head_.status == 200 ? err_status_ : head_.status; }
+  /// The status the response goes out with: an error_page redirect's (err_status_) in place of what its target
+  /// answered (unless the target answered an error of its own), else the handler's.
+  int final_status() const { return err_status_ != 0 ? err_status_ : head_.status; }
   /// The access-log line of the finished request (LOG phase): `bytes_sent` is what the wire sent for it.
   void log(uint64_t bytes_sent, uint64_t now_ms);
   /// The response is complete and logged: the head's memory goes (field table back to the pool, the head's
@@ -103,6 +103,9 @@ class HttpRequest : public Exchange {
   const config::LocationConf* loc_;
   ResponseHead head_;
   std::unique_ptr<ContentState> content_;
+  /// The content state an error_page redirect took the request from: kept (inert) until the request goes, as
+  /// the redirect may run inside one of its calls.
+  std::unique_ptr<ContentState> replaced_content_;
   std::vector<std::unique_ptr<RequestCtx>> ctx_;  // by Module::index; empty until a module keeps data
   uint64_t start_ms_ = 0;
   uint64_t head_bytes_ = 0;
@@ -128,9 +131,6 @@ class HttpRequest : public Exchange {
   bool error_redirected_ = false;  // an error_page redirect happened: no second one (recursive_error_pages off)
   int err_status_ = 0;             // the status of an error_page redirect's answer (0: the target's own)
   std::string redirect_args_;      // the query an error_page URI gave (req_.query views it)
-  /// The content state an error_page redirect took the request from: kept (inert) until the request goes, as
-  /// the redirect may run inside one of its calls.
-  std::unique_ptr<ContentState> replaced_content_;
 };
 
 }  // namespace kosoku::http

@@ -47,19 +47,22 @@ void HttpRequest::run_from_server_rewrite() {
 }
 
 void HttpRequest::run_from_location() {
-  location_chosen_ = true;
-  location_chosen();
-  // The request body's framing limits (RFC 9110 §15.5.14; nginx client_max_body_size) and expectations.
-  uint64_t max_body = loc_->client_max_body_size;
-  if (req_.body == BodyFraming::kContentLength && max_body != 0 && *req_.content_length > max_body) {
-    keep_alive_ = false;
-    respond(413, {}, {});
-    return;
-  }
-  if (req_.expect_other) {
-    keep_alive_ = false;
-    respond(417, {}, {});
-    return;
+  // The request body's framing limits (RFC 9110 §15.5.14; nginx client_max_body_size) and expectations, once:
+  // an error_page redirect (of a request without a body) does not check them again.
+  if (!location_chosen_) {
+    location_chosen_ = true;
+    location_chosen();
+    uint64_t max_body = loc_->client_max_body_size;
+    if (req_.body == BodyFraming::kContentLength && max_body != 0 && *req_.content_length > max_body) {
+      keep_alive_ = false;
+      respond(413, {}, {});
+      return;
+    }
+    if (req_.expect_other) {
+      keep_alive_ = false;
+      respond(417, {}, {});
+      return;
+    }
   }
   // Until a handler reads the body (Exchange::read_body, which sends 100 Continue), a client waiting for
   // permission to send it gets its answer and a close; any other unread body is discarded after the response.
@@ -103,18 +106,20 @@ bool HttpRequest::error_page_redirect(int status) {
     // A URL: the client is sent there (nginx: 302, or the `=` status when it is a redirect's).
     const int o = page->overwrite;
     const int code = o == 301 || o == 302 || o == 303 || o == 307 || o == 308 ? o : 302;
+    head_ = ResponseHead{};  // nothing of the failed answer (validators, stored fields) goes with the redirect
     redirect(code, target);
     return true;
   }
   // An internal redirect: the handler that failed lets go (it is kept, inert, until the request goes), the
-  // response head starts anew, and the request goes through the phases again as a GET (HEAD stays HEAD).
+  // response head starts anew, and the request goes through the phases again: to a URI as a GET (HEAD stays
+  // HEAD), to a named location with its own method (nginx's ngx_http_named_location).
   if (content_ != nullptr) {
     content_->on_response_complete();
     replaced_content_ = std::move(content_);
   }
   head_ = ResponseHead{};
   err_status_ = page->overwrite < 0 ? status : page->overwrite;
-  if (req_.method != Method::kHead) {
+  if (req_.method != Method::kHead && target[0] != '@') {
     req_.method = Method::kGet;
     req_.method_text = "GET";
   }
@@ -144,7 +149,12 @@ bool HttpRequest::error_page_redirect(int status) {
   } else {
     req_.query = {};
   }
-  uri_ = std::move(target);
+  // The path as a request's: percent-decoded, dot segments resolved (a variable may have brought "../").
+  if (NormalizeResult nr = normalize_path(target, uri_); !nr.ok()) {
+    err_status_ = 0;
+    respond(nr.http_status, {}, {});
+    return true;
+  }
   run_from_server_rewrite();
   return true;
 }

@@ -175,7 +175,7 @@ bool set_map(Builder& b, Scope& s, const Directive& d) {
 }
 
 constexpr DirectiveSpec kMapDirectives[] = {
-    {.name = "map", .contexts = kCtxHttp, .args = kTake2, .flags = kBlock | kMulti, .set = set_map},
+    {.name = "map", .contexts = kCtxHttp, .args = kTake2, .flags = kBlock | kMulti | kDataBlock, .set = set_map},
 };
 
 }  // namespace

@@ -232,3 +232,30 @@ def test_stub_status_is_nginx_s_page_byte_for_byte(tmp_path):
                 assert (accepts, requests) == (base[0], base[1] + n), resp.body  # same connection, one more request
     finally:
         assert srv.stop() == 0
+
+
+def test_block_directive_names_are_data_inside_map_and_split_clients(tmp_path):
+    """The parser names a block directive ended by `;` (`location /x;`), but inside a block of data lines a
+    first word such as `http` or `location` is a key, not a directive."""
+    port = sut.free_port()
+    srv = _server(tmp_path, f"""    map $arg_k $v {{
+        http      80;
+        location  loc;
+        events    ev;
+        default   none;
+    }}
+    split_clients "$arg_k" $bucket {{
+        100%      http;
+    }}
+    server {{
+        listen 127.0.0.1:{port};
+        location / {{ return 200 "$v $bucket\\n"; }}
+    }}""", port=port)
+    srv.start()
+    try:
+        for k, want in (("http", b"80 http\n"), ("location", b"loc http\n"), ("events", b"ev http\n"),
+                        ("other", b"none http\n")):
+            resp = sut.request(port, "GET", f"/?k={k}")
+            assert (resp.status, resp.body) == (200, want), (k, resp)
+    finally:
+        assert srv.stop() == 0

@@ -40,7 +40,8 @@ def srv(tmp_path_factory):
         location /denied/ {{ error_page 403 /echo?from=$uri; deny all; }}
         location /own-list/ {{ error_page 403 /err/404.html; }}
         location = /echo {{ return 200 "uri=$uri args=$args method=$request_method\\n"; }}
-        location @fallback {{ return 200 "fallback for $uri\\n"; }}
+        location /named-any/ {{ error_page 405 @fallback; }}
+        location @fallback {{ return 200 "fallback for $uri ($request_method)\\n"; }}
     }}"""
     s = sut.ServerProcess(sut.SUT, work / "server", conf, [port]).start()
     s.port = port
@@ -57,7 +58,7 @@ def _get(srv, path: str, method: str = "GET", headers=()) -> sut.Response:
     ("/own-list/nothing", 404, b"custom 404\n"),  # its own list has no 404: not the server's either
     ("/ok/nothing", 200, b"custom 404\n"),
     ("/own/nothing", 200, b"custom 404\n"),
-    ("/named/nothing", 404, b"fallback for /named/nothing\n"),
+    ("/named/nothing", 404, b"fallback for /named/nothing (GET)\n"),
     ("/upstream/x", 502, b"custom 50x\n"),
     ("/denied/x", 403, b"uri=/echo args=from=/denied/x method=GET\n"),
 ])
@@ -69,6 +70,27 @@ def test_error_answered_by_the_page(srv, path, status, body):
     if status != 200:
         # The page is not the resource: no Last-Modified, no ranges.
         assert not resp.has("Last-Modified") and not resp.has("Accept-Ranges"), resp
+
+
+def test_named_location_keeps_the_method(srv):
+    resp = _get(srv, "/named-any/x", method="DELETE")  # the static handler refuses DELETE: 405
+    assert (resp.status, resp.body) == (405, b"fallback for /named-any/x (DELETE)\n"), resp
+
+
+def test_request_with_a_body_gets_the_error_itself(srv):
+    """kosoku answers an error of a request that carries a body as is (nginx discards the body first and sends
+    the page): the body's framing stays the connection's. A chunk split across reads, whose rest carries a
+    request line, stays body: one answer, no second request."""
+    sut.nginx_deviation("nginx redirects a request with a body to its error page after discarding the body")
+    with sut.Conn(srv.port) as c:
+        c.send(b"POST /plain/nothing HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n40\r\n0123456789")
+        first = c.read_response()
+        assert first.status in (404, 405) and b"custom 404" not in first.body, first
+        rest = b"0\r\n\r\nGET /present.txt HTTP/1.1\r\nHost: x\r\n\r\n"
+        c.send(rest + b"x" * (0x40 - 10 - len(rest)) + b"\r\n0\r\n\r\n")
+        c.send(sut.build_request("GET", "/err/50x.html"))
+        second = c.read_response()
+    assert second is not None and second.body == b"custom 50x\n", second  # the next request, not /present.txt
 
 
 def test_own_list_replaces_the_server_s(srv):
