@@ -1,4 +1,4 @@
-// Configuration of the static module (nginx's ngx_http_index_module part: `index`), stored by module
+// Configuration of the static module (`index`, nginx's ngx_http_index_module; `log_not_found`), stored by module
 // (config/module_conf.hh): `loc.module<static_files::StaticLocConf>()`. root, alias and try_files are the HTTP
 // core's (config/conf.hh), as in nginx.
 #pragma once
@@ -20,6 +20,9 @@ namespace kosoku::static_files {
 struct StaticLocConf {
   static constexpr config::ConfLevel kLevel = config::ConfLevel::kLocation;
   std::vector<std::string> index = {"index.html"};
+  /// `log_not_found on|off;` (nginx's core directive; only the static files log a missing file): whether a
+  /// missing file is logged at `error`.
+  bool log_not_found = true;
 };
 
 /// The static module's directives (static_directives.cc).

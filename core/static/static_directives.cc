@@ -1,4 +1,4 @@
-// The static module's directives: `index` (nginx's ngx_http_index_module).
+// The static module's directives: `index` (nginx's ngx_http_index_module) and `log_not_found`.
 #include "core/config/directive.hh"
 #include "core/static/static_conf.hh"
 
@@ -22,6 +22,8 @@ bool set_index(Builder& b, Scope& s, const Directive& d) {
 constexpr DirectiveSpec kStaticDirectives[] = {
     {.name = "index", .contexts = kCtxHttpAny, .args = k1More, .flags = kMulti, .set = set_index,
      .merge_loc = inherit<&StaticLocConf::index>, .default_value = "index.html"},
+    {.name = "log_not_found", .contexts = kCtxHttpAny, .args = kTake1, .set = set_flag<&StaticLocConf::log_not_found>,
+     .merge_loc = inherit<&StaticLocConf::log_not_found>, .default_value = "on"},
 };
 
 }  // namespace

@@ -240,8 +240,10 @@ void StaticState::fail_open(int error) {
   int status = 500;
   if (error == ENOENT || error == ENOTDIR || error == ENAMETOOLONG || error == ELOOP) {
     status = 404;
-    KOSOKU_LOG(kError, "open() \"%s\" failed (%d: %s)", base::log_escaped(path_), error,
-               std::strerror(error));
+    if (ex_.location().module<StaticLocConf>().log_not_found) {
+      KOSOKU_LOG(kError, "open() \"%s\" failed (%d: %s)", base::log_escaped(path_), error,
+                 std::strerror(error));
+    }
   } else if (error == EACCES || error == EPERM) {
     status = 403;
     KOSOKU_LOG(kError, "open() \"%s\" failed (%d: %s)", base::log_escaped(path_), error,

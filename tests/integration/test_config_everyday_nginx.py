@@ -259,3 +259,24 @@ def test_block_directive_names_are_data_inside_map_and_split_clients(tmp_path):
             assert (resp.status, resp.body) == (200, want), (k, resp)
     finally:
         assert srv.stop() == 0
+
+
+def test_log_not_found_off_keeps_missing_files_out_of_the_error_log(tmp_path):
+    port = sut.free_port()
+    www = tmp_path / "www"
+    (www / "quiet").mkdir(parents=True)
+    (www / "loud").mkdir()
+    srv = _server(tmp_path, f"""    server {{
+        listen 127.0.0.1:{port};
+        root {www};
+        location /quiet/ {{ log_not_found off; }}
+    }}""", port=port)
+    srv.start()
+    try:
+        for path in ("/quiet/missing-a", "/loud/missing-b"):
+            assert sut.request(port, "GET", path).status == 404
+    finally:
+        assert srv.stop() == 0
+    log = srv.error_log()
+    assert f'open() "{www}/loud/missing-b" failed (2: No such file or directory)' in log, log
+    assert "missing-a" not in log, log
