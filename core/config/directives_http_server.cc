@@ -8,6 +8,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "core/config/directive.hh"
+#include "core/config/variables.hh"
 #include "re2/re2.h"
 
 namespace kosoku::config {
@@ -120,7 +121,8 @@ std::shared_ptr<re2::RE2> compile_regex(Builder& b, std::string_view pattern, bo
   re2::RE2::Options o;
   o.set_log_errors(false);
   o.set_case_sensitive(!caseless);
-  auto re = std::make_shared<re2::RE2>(re2::StringPiece(pattern.data(), pattern.size()), o);
+  const std::string spelled = re2_spelling(pattern);
+  auto re = std::make_shared<re2::RE2>(re2::StringPiece(spelled.data(), spelled.size()), o);
   if (!re->ok()) {
     b.fail(loc, absl::StrCat("invalid regular expression ", quoted(pattern), ": ", re->error()));
     return nullptr;
@@ -242,6 +244,7 @@ bool set_location(Builder& b, Scope& s, const Directive& d) {
   if (m == Match::kRegex || m == Match::kRegexCaseless) {
     node->conf.regex = compile_regex(b, pattern, m == Match::kRegexCaseless, ploc);
     if (!node->conf.regex) return false;
+    for (const auto& group : node->conf.regex->NamedCapturingGroups()) declare_capture_variable(group.first);
   }
   LocNode* raw = node.get();
   s.loc_node->children.push_back(std::move(node));

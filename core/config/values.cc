@@ -271,4 +271,23 @@ bool same_sockaddr(const sockaddr_storage& a, const sockaddr_storage& b) {
   return x->sin_port == y->sin_port && x->sin_addr.s_addr == y->sin_addr.s_addr;
 }
 
+std::string re2_spelling(std::string_view pcre) {
+  std::string out;
+  out.reserve(pcre.size() + 4);
+  for (size_t i = 0; i < pcre.size(); ++i) {
+    const char c = pcre[i];
+    if (c == '\\' && i + 1 < pcre.size()) {  // an escaped byte is copied with its backslash
+      out.push_back(c);
+      out.push_back(pcre[++i]);
+      continue;
+    }
+    out.push_back(c);
+    if (c == '(' && pcre.substr(i + 1, 2) == "?<" && i + 3 < pcre.size() && pcre[i + 3] != '=' && pcre[i + 3] != '!') {
+      out.append("?P<");
+      i += 2;
+    }
+  }
+  return out;
+}
+
 }  // namespace kosoku::config

@@ -17,6 +17,11 @@ namespace kosoku::config {
 /// "value must be less than 597 hours"). nullopt on any syntax error or overflow.
 std::optional<uint64_t> parse_time_ms(std::string_view s);
 
+/// A configuration regex in nginx's (PCRE) spelling made RE2's where only the spelling differs: the named group
+/// `(?<name>...)` becomes `(?P<name>...)` (lookbehind `(?<=`, `(?<!` and escaped parentheses are left alone,
+/// and RE2 then refuses lookbehind with its own message).
+std::string re2_spelling(std::string_view pcre);
+
 /// The same syntax for second-granular values (nginx's is_sec): `ms` is refused; result in seconds,
 /// at most 2^31-1.
 std::optional<uint64_t> parse_time_sec(std::string_view s);

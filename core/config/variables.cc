@@ -8,6 +8,7 @@
 #include "core/base/log.hh"
 #include "core/config/lexer.hh"
 #include "core/config/module.hh"
+#include "core/http/exchange.hh"
 
 namespace kosoku::config {
 
@@ -246,6 +247,21 @@ bool declare_variable(std::string_view name, bool (*get)(const VariableSource&, 
   d.names.emplace_back(name);
   d.vars.push_back(Variable{.name = d.names.back(), .get = get});
   return true;
+}
+
+namespace {
+
+bool capture_variable(const VariableSource& src, std::string_view name, std::string& out) {
+  std::string_view v;
+  if (!src.exchange().regex_capture(name, &v)) return false;
+  out.append(v);
+  return true;
+}
+
+}  // namespace
+
+void declare_capture_variable(std::string_view name) {
+  declare_variable(absl::AsciiStrToLower(name), &capture_variable);  // false: already known, kept as it is
 }
 
 bool http_var_name_matches(std::string_view header_name, std::string_view suffix) {

@@ -139,6 +139,9 @@ class VariableSource {
 /// while a configuration loads (single-threaded); the set only grows. False if `name` is already a registered
 /// or declared variable.
 bool declare_variable(std::string_view name, bool (*get)(const VariableSource&, std::string_view, std::string&));
+/// Declares `$name` for a named group of a location regex (`(?P<name>...)`): its value is that group of the
+/// regex that chose the request's location (Exchange::regex_capture). A name already known keeps its meaning.
+void declare_capture_variable(std::string_view name);
 
 /// Appends the expansion of `t` to `out` (escaping variable values per t.escape). Allocation-free apart
 /// from the growth of `out`.

@@ -133,6 +133,9 @@ class Exchange {
   virtual std::string_view host() const = 0;
   /// Bytes of the request head ($request_length, without the body).
   virtual uint64_t request_length() const = 0;
+  /// A group of the regex that chose the location (`location ~`): `group` is "1".."9" (nginx's $1..$9) or the
+  /// name of a named group (`(?P<name>...)`). False when no regex chose it or the group took no part.
+  virtual bool regex_capture(std::string_view group, std::string_view* out) const { return false; }
 
   // Response.
   virtual ResponseHead& head() = 0;

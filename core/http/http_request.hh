@@ -20,6 +20,10 @@
 #include "core/http/parser.hh"
 #include "core/http/phase.hh"
 
+namespace re2 {
+class RE2;
+}
+
 namespace kosoku::http {
 
 class HttpServer;
@@ -42,6 +46,7 @@ class HttpRequest : public Exchange {
   const CoreContext& core() const override { return core_; }
   std::string_view host() const override { return host_lower_; }
   uint64_t request_length() const override { return head_bytes_; }
+  bool regex_capture(std::string_view group, std::string_view* out) const override;
   ResponseHead& head() override { return head_; }
   const ResponseHead& head() const override { return head_; }
   std::unique_ptr<ContentState>& state() override { return content_; }
@@ -131,6 +136,12 @@ class HttpRequest : public Exchange {
   bool error_redirected_ = false;  // an error_page redirect happened: no second one (recursive_error_pages off)
   int err_status_ = 0;             // the status of an error_page redirect's answer (0: the target's own)
   std::string redirect_args_;      // the query an error_page URI gave (req_.query views it)
+  /// The groups of the regex location that matched uri_ (FIND_CONFIG): offset and length in uri_, -1: none.
+  std::vector<std::pair<int32_t, int32_t>> captures_;
+  const re2::RE2* capture_re_ = nullptr;  // the regex captures_ come from (its named groups)
+  /// FIND_CONFIG's captures for a regex location with groups (a second match, with groups, of the one
+  /// find_location made); none for any other location.
+  void match_captures();
 };
 
 }  // namespace kosoku::http

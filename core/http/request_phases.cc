@@ -4,6 +4,11 @@
 // location; and `error_page`'s internal redirect, which runs them again from SERVER_REWRITE (a URI) or from
 // the location's checks (a named location). The class is declared in http_request.hh.
 #include <algorithm>
+#include <string>
+
+#include "absl/container/inlined_vector.h"
+#include "absl/strings/match.h"
+#include "re2/re2.h"
 
 #include "core/base/log.hh"
 #include "core/http/connection.hh"
@@ -43,6 +48,7 @@ void HttpRequest::run_from_server_rewrite() {
   if (run_module_phases(Phase::kServerRewrite)) return;
   // FIND_CONFIG: the location.
   loc_ = server_->find_location(uri_);
+  match_captures();
   run_from_location();
 }
 
@@ -84,6 +90,48 @@ void HttpRequest::run_from_location() {
     }
   }
   handler.handle(*this);
+}
+
+void HttpRequest::match_captures() {
+  captures_.clear();
+  capture_re_ = nullptr;
+  using Match = config::LocationConf::Match;
+  if ((loc_->match != Match::kRegex && loc_->match != Match::kRegexCaseless) || loc_->regex == nullptr) return;
+  const re2::RE2& re = *loc_->regex;
+  const int n = re.NumberOfCapturingGroups();
+  if (n <= 0) return;
+  absl::InlinedVector<re2::StringPiece, 10> groups(static_cast<size_t>(n) + 1);
+  const re2::StringPiece text(uri_.data(), uri_.size());
+  if (!re.Match(text, 0, text.size(), re2::RE2::UNANCHORED, groups.data(), n + 1)) return;
+  captures_.resize(static_cast<size_t>(n) + 1, {-1, 0});
+  capture_re_ = &re;
+  for (int i = 1; i <= n; ++i) {
+    const re2::StringPiece g = groups[static_cast<size_t>(i)];
+    if (g.data() == nullptr) continue;
+    captures_[static_cast<size_t>(i)] = {static_cast<int32_t>(g.data() - uri_.data()), static_cast<int32_t>(g.size())};
+  }
+}
+
+bool HttpRequest::regex_capture(std::string_view group, std::string_view* out) const {
+  if (captures_.empty() || group.empty()) return false;
+  size_t i = 0;
+  if (group.size() == 1 && group[0] >= '1' && group[0] <= '9') {
+    i = static_cast<size_t>(group[0] - '0');
+  } else {
+    // Variable names are lower-cased; the regex's group names are as written.
+    bool found = false;
+    for (const auto& [name, index] : capture_re_->NamedCapturingGroups()) {
+      if (absl::EqualsIgnoreCase(name, group)) {
+        i = static_cast<size_t>(index);
+        found = true;
+        break;
+      }
+    }
+    if (!found) return false;
+  }
+  if (i >= captures_.size() || captures_[i].first < 0) return false;
+  *out = std::string_view(uri_).substr(static_cast<size_t>(captures_[i].first), static_cast<size_t>(captures_[i].second));
+  return true;
 }
 
 // `error_page` (nginx's ngx_http_send_error_page): runs inside respond(), possibly inside a call of the content
@@ -149,6 +197,7 @@ bool HttpRequest::error_page_redirect(int status) {
   } else {
     req_.query = {};
   }
+  req_.has_query = q != std::string::npos;
   // The path as a request's: percent-decoded, dot segments resolved (a variable may have brought "../").
   if (NormalizeResult nr = normalize_path(target, uri_); !nr.ok()) {
     err_status_ = 0;

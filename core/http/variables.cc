@@ -156,7 +156,20 @@ bool cookie_value(Src src, std::string_view suffix, std::string& out) {
 }
 
 // nginx's names and meanings (ngx_http_variables.c, ngx_http_log_module.c, ngx_http_upstream_module).
+// $1..$9: the groups of the regex that chose the location (Exchange::regex_capture).
+template <char kDigit>
+bool capture_value(Src s, std::string_view, std::string& out) {
+  static constexpr char kName[2] = {kDigit, 0};
+  std::string_view v;
+  if (!s.exchange().regex_capture(std::string_view(kName, 1), &v)) return false;
+  out.append(v);
+  return true;
+}
+
 constexpr config::Variable kHttpVariables[] = {
+    {"1", &capture_value<'1'>}, {"2", &capture_value<'2'>}, {"3", &capture_value<'3'>},
+    {"4", &capture_value<'4'>}, {"5", &capture_value<'5'>}, {"6", &capture_value<'6'>},
+    {"7", &capture_value<'7'>}, {"8", &capture_value<'8'>}, {"9", &capture_value<'9'>},
     {"remote_addr", [](Src s, std::string_view, std::string& out) { out.append(s.exchange().remote_addr()); return true; }},
     {"remote_user", [](Src, std::string_view, std::string&) { return false; }},
     {"time_local", &time_value<false>},

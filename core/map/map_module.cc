@@ -159,7 +159,8 @@ bool set_map(Builder& b, Scope& s, const Directive& d) {
       re2::RE2::Options o;
       o.set_log_errors(false);
       o.set_case_sensitive(!caseless);
-      auto re = std::make_shared<const re2::RE2>(re2::StringPiece(name.data(), name.size()), o);
+      const std::string spelled = re2_spelling(name);  // nginx's (?<name>...) is RE2's (?P<name>...)
+      auto re = std::make_shared<const re2::RE2>(re2::StringPiece(spelled.data(), spelled.size()), o);
       if (!re->ok()) {
         return b.fail(c.loc, absl::StrCat("invalid regular expression ", quoted(name), ": ", re->error()));
       }

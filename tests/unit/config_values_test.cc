@@ -279,5 +279,14 @@ TEST(ConfigVariables, HttpVarNameMatching) {
   EXPECT_FALSE(http_var_name_matches("Referer", "user_agent"));
 }
 
+TEST(Re2Spelling, NamedGroupsOnly) {
+  EXPECT_EQ(re2_spelling("^/(?<sub>[a-z]+)/(?<rest>.*)$"), "^/(?P<sub>[a-z]+)/(?P<rest>.*)$");
+  EXPECT_EQ(re2_spelling("(?P<a>x)"), "(?P<a>x)");
+  EXPECT_EQ(re2_spelling("(?<=x)y(?<!z)"), "(?<=x)y(?<!z)");  // lookbehind: left for RE2 to refuse
+  EXPECT_EQ(re2_spelling("\\(?<x"), "\\(?<x");            // an escaped parenthesis is a literal
+  EXPECT_EQ(re2_spelling("(?<"), "(?<");
+  EXPECT_EQ(re2_spelling(""), "");
+}
+
 }  // namespace
 }  // namespace kosoku::config
