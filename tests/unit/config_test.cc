@@ -186,7 +186,14 @@ TEST(ConfigErrors, Locations) {
             "t.conf:2:18: location \"/a/b\" cannot be inside the exact location \"/a\"");
   EXPECT_EQ(err("http { server {\n location /a { }\n location ^~ /a { } } }"), "t.conf:3:2: duplicate location \"/a\"");
   EXPECT_EQ(err("http { server { location == /a { } } }"), "t.conf:1:26: invalid location modifier \"==\"");
-  EXPECT_EQ(err("http { server { location @x { } } }"), "t.conf:1:26: named location \"@x\" is not supported");
+  EXPECT_TRUE(load_from_string("http { server { location @x { } } }", "t.conf").ok());
+  EXPECT_EQ(err("http { server { location /a { location @x { } } } }"),
+            "t.conf:1:31: named location \"@x\" can be on the server level only");
+  EXPECT_EQ(err("http { server { location @x { location /y { } } } }"),
+            "t.conf:1:31: location \"/y\" could not be inside the named location \"@x\"");
+  EXPECT_EQ(err("http { server { location @x { } location @x { } } }"), "t.conf:1:33: duplicate location \"@x\"");
+  EXPECT_EQ(err("http { server { location @x { alias /x; } } }"),
+            "t.conf:1:31: the \"alias\" directive cannot be used inside the named location");
   EXPECT_EQ(err("http { server { location ~ ^/a { alias /x; } } }"),
             "t.conf:1:34: the \"alias\" directive inside a regex location needs captures, which kosoku does not support");
   EXPECT_EQ(err("http { server { server_name ~^(www. ; } }"),

@@ -198,8 +198,8 @@ TEST(ConfigVariables, CompileErrors) {
   EXPECT_EQ(e, "f.conf:4:9: the closing bracket in \"uri\" variable is missing");
   compile("${u-ri}", loc, &e);
   EXPECT_EQ(e, "f.conf:4:9: invalid variable name in \"${u-ri}\"");
-  compile("$1", loc, &e);
-  EXPECT_EQ(e, "f.conf:4:9: unknown \"1\" variable");
+  compile("$0", loc, &e);  // $1..$9 are the regex captures; $0 is nothing
+  EXPECT_EQ(e, "f.conf:4:9: unknown \"0\" variable");
 }
 
 TEST(ConfigVariables, ExpandWithEscaping) {
