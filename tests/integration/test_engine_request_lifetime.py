@@ -93,6 +93,12 @@ def test_engine_pipelined_proxy_cache_and_static_bodies_outlive_their_requests(t
             c.send(f"GET /c/cached?{BIG} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n".encode())
             r = c.read_response(timeout=20)
         assert r is not None and r.status == 200 and r.body == body_of("cached", BIG)
+        # The fill commits through the disk queue and may land just after the client has the whole answer (on a
+        # loaded host, measurably): wait for the entry, which is what the pipeline below needs.
+        deadline = time.monotonic() + 10 * sut.SLOWDOWN
+        while sut.request(k.port, "HEAD", f"/c/cached?{BIG}", host="t").header("X-Cache-Status") != "HIT":
+            assert time.monotonic() < deadline, "the cache entry was never committed"
+            time.sleep(0.05)
         want = [
             ("GET", f"/p/one?{BIG}", body_of("one", BIG)),
             ("GET", "/static.bin", body_of("static.bin", BIG)),
