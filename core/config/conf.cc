@@ -8,16 +8,12 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "core/config/conf.hh"
+#include "core/config/regex.hh"
 #include "re2/re2.h"
 
 namespace kosoku::config {
 
-namespace {
-
-absl::string_view key(std::string_view s) { return absl::string_view(s.data(), s.size()); }
-
-// This thread's clone of `shared` (the configuration's instance).
-const re2::RE2& per_core(const re2::RE2& shared) {
+const re2::RE2& per_core_regex(const re2::RE2& shared) {
   thread_local absl::flat_hash_map<const re2::RE2*, std::unique_ptr<re2::RE2>> clones;
   std::unique_ptr<re2::RE2>& c = clones[&shared];
   // The pattern check guards against an address reused by a later configuration (tests load many).
@@ -28,9 +24,14 @@ const re2::RE2& per_core(const re2::RE2& shared) {
   return *c;
 }
 
+namespace {
+
+absl::string_view key(std::string_view s) { return absl::string_view(s.data(), s.size()); }
+
+
 bool regex_matches(const re2::RE2& shared, std::string_view s) {
   re2::StringPiece text(s.data(), s.size());
-  return per_core(shared).Match(text, 0, text.size(), re2::RE2::UNANCHORED, nullptr, 0);
+  return per_core_regex(shared).Match(text, 0, text.size(), re2::RE2::UNANCHORED, nullptr, 0);
 }
 
 // nginx's NGX_DECLINED / NGX_AGAIN / NGX_OK / NGX_DONE of ngx_http_core_find_location.

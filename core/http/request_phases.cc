@@ -11,6 +11,7 @@
 #include "re2/re2.h"
 
 #include "core/base/log.hh"
+#include "core/config/regex.hh"
 #include "core/http/connection.hh"
 #include "core/http/http_request.hh"
 #include "core/http/uri.hh"
@@ -97,7 +98,7 @@ void HttpRequest::match_captures() {
   capture_re_ = nullptr;
   using Match = config::LocationConf::Match;
   if ((loc_->match != Match::kRegex && loc_->match != Match::kRegexCaseless) || loc_->regex == nullptr) return;
-  const re2::RE2& re = *loc_->regex;
+  const re2::RE2& re = config::per_core_regex(*loc_->regex);
   const int n = re.NumberOfCapturingGroups();
   if (n <= 0) return;
   absl::InlinedVector<re2::StringPiece, 10> groups(static_cast<size_t>(n) + 1);

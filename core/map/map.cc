@@ -1,11 +1,10 @@
 // The map lookup (map_conf.hh): nginx's ngx_http_map_find over one map — exact strings (case-insensitive),
 // host-name masks, regexes in file order — and the getter of the declared variables.
 #include <algorithm>
-#include <memory>
 #include <string>
 
-#include "absl/container/flat_hash_map.h"
 #include "core/config/conf.hh"
+#include "core/config/regex.hh"
 #include "core/http/exchange.hh"
 #include "core/http/variables.hh"
 #include "core/map/map_conf.hh"
@@ -19,18 +18,6 @@ namespace {
 constexpr int kMaxDepth = 8;
 
 absl::string_view key(std::string_view s) { return absl::string_view(s.data(), s.size()); }
-
-// This thread's clone of `shared`: RE2 matches under an internal lock, so each core matches with its own
-// copy, made on first use. The pattern check guards against an address reused by a later configuration.
-const re2::RE2& per_core(const re2::RE2& shared) {
-  thread_local absl::flat_hash_map<const re2::RE2*, std::unique_ptr<re2::RE2>> clones;
-  std::unique_ptr<re2::RE2>& c = clones[&shared];
-  if (c == nullptr || c->pattern() != shared.pattern() ||
-      c->options().case_sensitive() != shared.options().case_sensitive()) {
-    c = std::make_unique<re2::RE2>(shared.pattern(), shared.options());
-  }
-  return *c;
-}
 
 // nginx's ngx_hash_find_wc_head: the longest `*.`/`.` mask that `host` falls under.
 const HeadMask* find_head(const MapConf& m, std::string_view host) {
@@ -76,7 +63,7 @@ const MapValue& find_value(const MapConf& m, std::string_view source, Captures& 
     re2::StringPiece text(source.data(), source.size());
     for (const MapRegex& r : m.regexes) {
       const MapValue& v = m.values[r.value];
-      const re2::RE2& re = per_core(*r.re);
+      const re2::RE2& re = config::per_core_regex(*r.re);
       if (v.max_capture == 0) {
         if (re.Match(text, 0, text.size(), re2::RE2::UNANCHORED, nullptr, 0)) return v;
         continue;

@@ -35,7 +35,7 @@ bool set_status(Builder&, Scope& s, const Directive&) {
 bool set_stub_status(Builder&, Scope& s, const Directive&) {
   StatusLocConf& c = s.loc->module<StatusLocConf>();
   c.enabled = true;
-  c.stub = true;
+  c.stub_page = true;
   return true;
 }
 
@@ -57,7 +57,7 @@ class StatusHandler final : public http::ContentHandler, public http::ModuleCore
     std::string_view args = ex.args();
     std::string body;
     std::string_view type = "text/plain";
-    if (ex.location().module<StatusLocConf>().stub) {  // nginx's headers too: no Cache-Control
+    if (ex.location().module<StatusLocConf>().stub_page) {  // nginx's headers too: no Cache-Control
       ex.respond(200, render_stub_status(snap), type);
       return;
     }

@@ -12,7 +12,7 @@ namespace kosoku::stats {
 struct StatusLocConf {
   static constexpr config::ConfLevel kLevel = config::ConfLevel::kLocation;
   bool enabled = false;  // `status;` or `stub_status;`: this location serves the counters
-  bool stub = false;     // `stub_status;`: only nginx's four stub_status lines, whatever the arguments
+  bool stub_page = false;  // `stub_status;`: only nginx's four stub_status lines, whatever the arguments
 };
 
 config::Module& status_module();
