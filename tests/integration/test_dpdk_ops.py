@@ -150,9 +150,10 @@ def test_idle_worker_sleeps_yet_answers_promptly(make_rig):
     rig = make_rig(0)  # default idle_sleep 200us
     share, demand = _idle_cpu_share(rig)
     # idle_sleep 200us: up to 5,000 wake-ups a second, each an io_uring wait and an RX burst (net_tap reads its
-    # queue fd: a readv) — 8-8.5 % of a CPU on a quiet host, 10.5 % in one CI run; busy-polling takes all of it
-    # (the reference below).
-    assert share < 0.15, f"idle kosoku used {share:.1%} of a CPU over 2 s (load {os.getloadavg()})"
+    # queue fd: a readv) — 8-8.5 % of a CPU on a quiet host, 10.5 % in one CI run, 15.5-19 % on another day's
+    # quiet host with the same binaries (the cost of a wake-up is the host's); busy-polling takes all of it
+    # (the reference below), so 25 % still tells a sleeping worker from a spinning one.
+    assert share < 0.25, f"idle kosoku used {share:.1%} of a CPU over 2 s (load {os.getloadavg()})"
     assert demand < 0.50, f"idle kosoku was runnable {demand:.1%} of the time (load {os.getloadavg()})"
     # Requests after idle periods: the first SYN waits at most one sleep step; the rest busy-polls.
     times = []
