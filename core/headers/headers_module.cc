@@ -125,7 +125,7 @@ void add_expires(const http::Exchange& ex, int status, std::string& h) {
                                                       : std::string_view();
     if (!parse_expires(first, second, &e)) {
       // nginx adds nothing either, silently; kosoku also says so (rate-limited).
-      KOSOKU_LOG_EVERY_MS(1000, kError, "invalid \"expires\" value \"%s\": no Expires sent", value);
+      KOSOKU_LOG_EVERY_MS(1000, kError, "invalid \"expires\" value \"%s\": no Expires sent", base::log_escaped(value));
       return;
     }
   }

@@ -181,7 +181,7 @@ bool HttpRequest::error_page_redirect(int status) {
   if (target[0] == '@') {
     const config::LocationConf* named = server_->find_named(target);
     if (named == nullptr) {
-      KOSOKU_LOG(kError, "could not find named location \"%s\"", target);
+      KOSOKU_LOG(kError, "could not find named location \"%s\"", base::log_escaped(target));
       err_status_ = 0;
       respond(500, {}, {});
       return true;
