@@ -718,6 +718,25 @@ class ScriptedOrigin:
         self.server.server_close()
 
 
+class AnsweringOrigin(ScriptedOrigin):
+    """An origin that answers one request per connection with `answer(request_head)` (the whole response's
+    bytes) and closes; a client that goes away early is not an error."""
+
+    def __init__(self, answer):
+        self.answer = answer
+        super().__init__()
+
+    def serve(self, c: socket.socket) -> None:
+        try:
+            head = recv_request_head(c)
+            if head is not None:
+                c.sendall(self.answer(head))
+        except OSError:
+            pass
+        finally:
+            c.close()
+
+
 def next_request_head(c: socket.socket, buf: bytes) -> Optional[tuple[bytes, bytes]]:
     """The next request head on a keep-alive connection: reads from `c` onto `buf` (what is left of earlier
     reads) until it holds CRLF CRLF; returns (the head without its CRLF CRLF, the bytes after it), or None if the

@@ -7,30 +7,17 @@ Runs against nginx too (SUT=nginx): the same config, the same Content-Type.
 """
 from __future__ import annotations
 
-import socket
 
 import pytest
 
 import sut
 
 
-class Origin(sut.ScriptedOrigin):
-    """GET /html → text/html; GET /labelled → text/html; charset=iso-8859-1; else image/png."""
-
-    def serve(self, c: socket.socket) -> None:
-        try:
-            head = sut.recv_request_head(c)
-            if head is None:
-                return
-            target = head.split(b" ")[1]
-            ctype = {b"/p/html": b"text/html", b"/p/labelled": b"text/html; charset=iso-8859-1"}.get(target,
-                                                                                                   b"image/png")
-            c.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: " + ctype + b"\r\nContent-Length: 2\r\n"
-                      b"Connection: close\r\n\r\nok")
-        except OSError:
-            pass
-        finally:
-            c.close()
+def origin_answer(head: bytes) -> bytes:
+    """GET /p/html → text/html; GET /p/labelled → text/html; charset=iso-8859-1; else image/png."""
+    target = head.split(b" ")[1]
+    ctype = {b"/p/html": b"text/html", b"/p/labelled": b"text/html; charset=iso-8859-1"}.get(target, b"image/png")
+    return b"HTTP/1.1 200 OK\r\nContent-Type: " + ctype + b"\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok"
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +28,7 @@ def srv(tmp_path_factory):
     (www / "page.html").write_text("<p>é</p>\n")
     (www / "notes.txt").write_text("é\n")
     (www / "pic.png").write_bytes(b"\x89PNG")
-    origin = Origin()
+    origin = sut.AnsweringOrigin(origin_answer)
     port = sut.free_port()
     conf = f"""
     charset utf-8;

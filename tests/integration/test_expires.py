@@ -7,7 +7,6 @@ Runs against nginx too (SUT=nginx): the same config, the same fields.
 from __future__ import annotations
 
 import os
-import socket
 from email.utils import parsedate_to_datetime
 
 import pytest
@@ -17,20 +16,10 @@ import sut
 LAST_MODIFIED = 1577836800  # 2020-01-01 00:00:00 UTC
 
 
-class Origin(sut.ScriptedOrigin):
-    """Answers every request with its own Expires, Cache-Control and Last-Modified."""
-
-    def serve(self, c: socket.socket) -> None:
-        try:
-            if sut.recv_request_head(c) is None:
-                return
-            c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nExpires: Thu, 01 Jan 2099 00:00:00 GMT\r\n"
-                      b"Cache-Control: public, max-age=99\r\nLast-Modified: Wed, 01 Jan 2020 00:00:00 GMT\r\n"
-                      b"X-Origin: 1\r\nConnection: close\r\n\r\nok")
-        except OSError:
-            pass
-        finally:
-            c.close()
+# Every request is answered with the origin's own Expires, Cache-Control and Last-Modified.
+ORIGIN_ANSWER = (b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nExpires: Thu, 01 Jan 2099 00:00:00 GMT\r\n"
+                 b"Cache-Control: public, max-age=99\r\nLast-Modified: Wed, 01 Jan 2020 00:00:00 GMT\r\n"
+                 b"X-Origin: 1\r\nConnection: close\r\n\r\nok")
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +30,7 @@ def srv(tmp_path_factory):
     f = www / "file.txt"
     f.write_text("hi\n")
     os.utime(f, (LAST_MODIFIED, LAST_MODIFIED))
-    origin = Origin()
+    origin = sut.AnsweringOrigin(lambda head: ORIGIN_ANSWER)
     port = sut.free_port()
     conf = f"""
     server {{
