@@ -186,6 +186,7 @@ struct CacheLocConf {
   uint32_t use_stale = 0;                            // UseStale bits; 0 = off
   bool background_update = false;
   uint32_t ignore_headers = 0;                       // IgnoreHeader bits
+  uint32_t tags_headers = 7;                         // `proxy_cache_tags_header`: TagHeader bits (tags.hh; all)
   PurgeConf purge;                                   // not inherited (acts where written)
 
   /// nginx's ngx_http_file_cache_valid: the validity for `status` from proxy_cache_valid, in ms; 0: none.

@@ -21,6 +21,8 @@
 #include "core/cache/cache_conf.hh"
 #include "core/cache/cache_variables.hh"
 #include "core/cache/purge_key.hh"
+#include "core/cache/tags.hh"
+#include "core/proxy/proxy_conf.hh"
 #include "core/config/build.hh"
 #include "core/config/directive.hh"
 #include "core/config/values.hh"
@@ -246,6 +248,26 @@ bool set_use_stale(Builder& b, Scope& s, const Directive& d) {
     if (!found) return b.fail(a.loc, absl::StrCat("invalid value ", quoted(a.value)));
   }
   s.loc->module<CacheLocConf>().use_stale = off ? 0 : bits;
+  return true;
+}
+
+// `proxy_cache_tags_header NAME ...;` / `proxy_cache_tags_header off;`: which of Surrogate-Key, Cache-Tag and xkey
+// give a response its tags (cache/tags.hh; case-insensitive).
+bool set_tags_header(Builder& b, Scope& s, const Directive& d) {
+  uint32_t forms = 0;
+  if (d.args.size() == 1 && d.args[0].value == "off") {
+    s.loc->module<CacheLocConf>().tags_headers = 0;
+    return true;
+  }
+  for (const Arg& a : d.args) {
+    const uint32_t f = tag_header_form(a.value);
+    if (f == 0) {
+      return b.fail(a.loc, absl::StrCat("invalid value ", quoted(a.value),
+                                        " (Surrogate-Key, Cache-Tag, xkey or \"off\")"));
+    }
+    forms |= f;
+  }
+  s.loc->module<CacheLocConf>().tags_headers = forms;
   return true;
 }
 
@@ -506,6 +528,8 @@ constexpr DirectiveSpec kCacheDirectives[] = {
      .merge_loc = inherit<&CacheLocConf::background_update>, .default_value = "off"},
     {.name = "proxy_ignore_headers", .contexts = kCtxHttpAny, .args = k1More, .set = set_ignore_headers,
      .merge_loc = inherit<&CacheLocConf::ignore_headers>},
+    {.name = "proxy_cache_tags_header", .contexts = kCtxHttpAny, .args = k1More, .set = set_tags_header,
+     .merge_loc = inherit<&CacheLocConf::tags_headers>},
     {.name = "proxy_cache_purge", .contexts = kCtxHttpAny, .args = k1More, .set = set_cache_purge},
     {.name = "split_clients", .contexts = kCtxHttp, .args = kTake2, .flags = kBlock | kMulti | kDataBlock,
      .set = set_split_clients},
@@ -521,6 +545,23 @@ bool check_wildcard_purge(Builder& b, const LocationConf& loc) {
   return b.fail(SourceLoc{p.file, p.line, p.col},
                 absl::StrCat("\"proxy_cache_purge ... wildcard\": the cache key ", quoted(loc.module<CacheLocConf>().key_text), " ", why,
                              "; add \"any_host\" if that is intended"));
+}
+
+// The tag fields a caching location reads are not forwarded to clients unless proxy_pass_header names them
+// (as Fastly strips Surrogate-Key): the proxy's finalize, after this one, builds its hidden list from them.
+void hide_tag_fields(LocationConf& loc) {
+  const CacheLocConf& cc = loc.module<CacheLocConf>();
+  if (!cc.enabled) return;
+  for (uint32_t form : {kTagSurrogateKey, kTagCacheTag, kTagXkey}) {
+    if (cc.tags_headers & form) loc.module<proxy::ProxyLocationConf>().module_hidden.emplace_back(tag_header_name(form));
+  }
+}
+
+void hide_tag_fields(std::vector<LocationConf>& locs) {
+  for (LocationConf& l : locs) {
+    hide_tag_fields(l);
+    hide_tag_fields(l.locations);
+  }
 }
 
 bool check_wildcard_purges(Builder& b, const std::vector<LocationConf>& locs) {
@@ -549,6 +590,8 @@ bool finalize_conf(config::Builder& b) {
   }
   for (const auto& srv : b.main->http.servers) {
     if (!check_wildcard_purge(b, srv->base) || !check_wildcard_purges(b, srv->locations)) return false;
+    hide_tag_fields(srv->base);
+    hide_tag_fields(srv->locations);
   }
   return true;
 }

@@ -7,7 +7,9 @@
 #include <cerrno>
 
 #include "absl/strings/str_cat.h"
+#include "core/base/log.hh"
 #include "core/cache/cache_variables.hh"
+#include "core/cache/tags.hh"
 #include "core/cache/freshness.hh"
 #include "core/http/conditional.hh"
 
@@ -142,6 +144,16 @@ void rewrite_entry(int fd, const EntryMeta& old, EntryMeta fresh, const StoreWri
 }
 
 
+std::string entry_tags(const CacheLocConf& cc, std::span<const http::HeaderField> fields, std::string_view key) {
+  TagReport report;
+  std::string tags = collect_tags(fields, cc.tags_headers, &report);
+  if (report.any()) {
+    KOSOKU_LOG(kWarn, "cache tags of \"%s\": %zu invalid and %zu past the %zu-byte limit dropped",
+               base::log_escaped(key), report.invalid, report.over, kMaxEntryTagBytes);
+  }
+  return tags;
+}
+
 // ---------------------------------------------------------------- a 304 refreshes an entry
 
 RefreshResult refresh_entry(const CacheLocConf& cc, const http::Request& req, const EntryMeta& old, int fd,
@@ -171,6 +183,7 @@ RefreshResult refresh_entry(const CacheLocConf& cc, const http::Request& req, co
     d = decide_store(in);
     served.etag.assign(first_field_value(merged.headers(), http::HeaderToken::kEtag));
     served.last_modified = stored_last_modified(merged.headers()).value_or(-1);
+    served.tags = entry_tags(cc, merged.headers(), old.key);  // a 304 may bring new tags (RFC 9111 §4.3.4)
   } else {
     d.refusal = NotStored::kNoValidity;
   }
@@ -350,6 +363,7 @@ StoreWriter* begin_store(const CacheLocConf& cc, const http::Request& req, Cache
   m.etag.assign(first_field_value(resp.headers(), http::HeaderToken::kEtag));
   m.last_modified = stored_last_modified(resp.headers()).value_or(-1);
   stored_head_lines(resp.headers(), d.strip, m.head);
+  m.tags = entry_tags(cc, resp.headers(), key);
   if (!d.vary.empty()) {
     uint16_t id = path.zone().vary().intern(d.vary);
     if (id == 0) {

@@ -27,6 +27,10 @@ std::string_view first_field_value(std::span<const http::HeaderField> fields, ht
 bool parse_stored(int status, std::string_view lines, std::string& text, http::HeaderField* fields, size_t nfields,
                   http::ParsedResponse& out);
 
+/// The tags of a response to store (tags.hh; the forms `cc.tags_headers` names), with one warn line for the
+/// tags dropped, naming the entry's `key`.
+std::string entry_tags(const CacheLocConf& cc, std::span<const http::HeaderField> fields, std::string_view key);
+
 /// The store decision for `resp` and, when storable, a started StoreWriter (null otherwise, *refusal says why).
 /// `req` selected the response (Authorization, request no-store, the Vary secondary key); `cc` is the
 /// location's cache configuration. The writer takes over `base`'s lock.

@@ -259,6 +259,7 @@ void CacheState::step() {
       return;
     case CacheStep::kUpdating:
       ++mod_.counters().updating;
+      count_soft_purged_stale();
       use_entry_meta_ = true;
       serve(CacheStatus::kUpdating);
       return;
@@ -268,6 +269,7 @@ void CacheState::step() {
       lock_held_ = false;
       mod_.start_background(ex_, *path_, key_, hash_, reader_.meta(), ::dup(reader_.fd()), conf().revalidate);
       ++mod_.counters().stale;
+      count_soft_purged_stale();
       use_entry_meta_ = true;
       serve(CacheStatus::kStale);
       return;
@@ -313,7 +315,8 @@ void CacheState::lookup() {
   entry_ = v;
   hot_found_ = nullptr;
   if (v && v->exists()) {
-    hot_found_ = mod_.hot().find(hash_, *v);
+    // A soft-purged entry is read from its file (its head says fresh; stored_freshness() says stale).
+    hot_found_ = (v->flags & kEntryStale) ? nullptr : mod_.hot().find(hash_, *v);
     if (hot_found_ != nullptr) {
       facts_.entry = EntryState::kHot;
       facts_.freshness = &hot_found_->meta.freshness;
@@ -364,11 +367,25 @@ void CacheState::on_entry_open(EntryReader&, int error) {
       remove_file_async(mod_.queue_for(*path_, ex_), ex_.location().aio, path_->path_of(ev->hash));
     }
     z.keys().put(hash_, key_);
+    if (std::optional<EntryView> v = z.peek(hash_);
+        !m.tags.empty() && v && v->expires_at == c.expires_at && v->fs_size == c.fs_size) {
+      z.tags().put(hash_, m.tags);
+    }
   }
   facts_.entry = EntryState::kRead;
-  facts_.freshness = &m.freshness;
+  soft_freshness_ = m.freshness;
+  if (entry_ && (entry_->flags & kEntryStale) && soft_freshness_.expires_at() > entry_->expires_at) {
+    soft_freshness_.lifetime -= soft_freshness_.expires_at() - entry_->expires_at;  // stale since the soft purge
+  }
+  facts_.freshness = &soft_freshness_;
   facts_.has_validators = !m.etag.empty() || m.last_modified >= 0;
   step();
+}
+
+void CacheState::count_soft_purged_stale() {
+  if (entry_ && (entry_->flags & kEntryStale)) {
+    path_->purge_counters().soft_served_stale.fetch_add(1, std::memory_order_relaxed);
+  }
 }
 
 void CacheState::hit() {
@@ -501,7 +518,7 @@ void CacheState::release_lock() {
 CacheFacts CacheState::fetched_facts(FetchOutcome outcome, int status) const {
   CacheFacts f;
   f.entry = have_entry_ ? EntryState::kRead : EntryState::kNone;
-  f.freshness = have_entry_ ? &reader_.meta().freshness : nullptr;
+  f.freshness = have_entry_ ? &soft_freshness_ : nullptr;
   f.fetch = outcome;
   f.status = status;
   return f;

@@ -192,6 +192,11 @@ void CacheMaintainer::read_done(Read& rd, int error) {
   z.commit(m.hash, c, now, &evicted);
   drop();
   z.keys().put(m.hash, m.key);
+  // The tag index is rebuilt from the files; a newer entry a request stored meanwhile keeps its own tags.
+  if (std::optional<EntryView> v = z.peek(m.hash);
+      !m.tags.empty() && v && v->expires_at == expires && v->fs_size == fs_size) {
+    z.tags().put(m.hash, m.tags);
+  }
   ++stats_.loaded;
   rd.reader.close();
 }

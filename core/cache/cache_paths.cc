@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "core/cache/purge.hh"
 #include "core/config/conf.hh"
 #include "core/reactor/reactor.hh"
 
@@ -34,6 +35,25 @@ int make_dirs(const std::string& path, std::string* failed) {
 }
 
 }  // namespace
+
+void CachePath::count_purge(const PurgeTarget& target, bool soft, const PurgeResult& r) {
+  PurgeCounters& c = purge_counters_;
+  constexpr auto kRelaxed = std::memory_order_relaxed;
+  switch (target.kind) {
+    case PurgeTarget::Kind::kExact: c.exact.fetch_add(1, kRelaxed); break;
+    case PurgeTarget::Kind::kPrefix:
+    case PurgeTarget::Kind::kGlob: c.prefix.fetch_add(1, kRelaxed); break;
+    case PurgeTarget::Kind::kAll: c.all.fetch_add(1, kRelaxed); break;
+    case PurgeTarget::Kind::kTags: c.tags.fetch_add(1, kRelaxed); break;
+  }
+  if (soft) {
+    c.soft.fetch_add(1, kRelaxed);
+    c.soft_entries.fetch_add(r.removed, kRelaxed);
+  } else {
+    c.entries.fetch_add(r.removed, kRelaxed);
+    c.bytes.fetch_add(r.bytes, kRelaxed);
+  }
+}
 
 CachePath::CachePath(const CachePathConf& conf, std::string dir, int64_t now_s)
     : conf_(conf), dir_(std::move(dir)), zone_(conf.zone, conf.zone_size, now_s) {

@@ -32,6 +32,9 @@ class Reactor;
 namespace kosoku::cache {
 
 /// One `proxy_cache_path` at run time.
+struct PurgeTarget;
+struct PurgeResult;
+
 class CachePath {
  public:
   CachePath(const CachePathConf& conf, std::string dir, int64_t now_s);
@@ -48,6 +51,19 @@ class CachePath {
   /// DIR/temp (use_temp_path=on), else empty.
   const std::string& temp_dir() const { return temp_dir_; }
 
+  /// Purges of this zone (requests and the console; counted once each, relaxed: for status only).
+  struct PurgeCounters {
+    std::atomic<uint64_t> exact{0}, prefix{0}, all{0}, tags{0}, soft{0};  // purges by kind; soft: also counted
+                                                                          // by kind
+    std::atomic<uint64_t> entries{0}, bytes{0};            // entries (and their file bytes) removed
+    std::atomic<uint64_t> soft_entries{0};                 // entries a soft purge marked stale
+    std::atomic<uint64_t> soft_served_stale{0};            // responses served stale from a soft-purged entry
+  };
+  PurgeCounters& purge_counters() { return purge_counters_; }
+  const PurgeCounters& purge_counters() const { return purge_counters_; }
+  /// Counts one purge of `target` and what it did (`soft`: marked stale instead of removed).
+  void count_purge(const PurgeTarget& target, bool soft, const PurgeResult& r);
+
   /// The cache loader finished (entries on disk are all in the zone).
   bool loaded() const { return loaded_.load(std::memory_order_acquire); }
   void set_loaded() { loaded_.store(true, std::memory_order_release); }
@@ -59,6 +75,7 @@ class CachePath {
   CacheZone zone_;
   std::atomic<uint64_t> temp_seq_{0};
   std::atomic<bool> loaded_{false};
+  PurgeCounters purge_counters_;
 };
 
 /// Cross-core wake-ups of cache-lock waiters (see the header comment).

@@ -81,6 +81,7 @@ class CacheState final : public http::ContentState,
   void step();
   void lookup();
   void hit();
+  void count_soft_purged_stale();  // a STALE/UPDATING answer from a soft-purged entry
   void count_use();
   void try_lock();
   void wait_lock();
@@ -127,6 +128,7 @@ class CacheState final : public http::ContentState,
   std::optional<EntryView> entry_;
   Phase phase_ = Phase::kIdle;
   CacheFacts facts_;          // what decide_cache() knows of this look (decision.hh)
+  Freshness soft_freshness_;  // the read entry's freshness, stale from a soft purge on (CacheZone::mark_stale)
   CacheStatus status_ = CacheStatus::kNone;
   bool aborted_ = false;
   bool released_ = false;

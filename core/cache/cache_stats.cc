@@ -40,6 +40,35 @@ stats::ExtraSection stats_section(const CacheRegistry& reg) {
                                static_cast<double>(path.conf().max_size)));
     s.metrics.push_back(metric("cache_loaded", "1 once the cache loader has read the directory", kGauge, zone,
                                path.loaded() ? 1 : 0));
+    s.metrics.push_back(metric("cache_tags", "distinct cache tags in the zone's tag index", kGauge, zone,
+                               static_cast<double>(path.zone().tags().tags())));
+    s.metrics.push_back(metric("cache_tagged_entries", "(tag, entry) pairs in the zone's tag index", kGauge, zone,
+                               static_cast<double>(path.zone().tags().pairs())));
+    s.metrics.push_back(metric("cache_tag_index_bytes", "bytes of tags and entry references in the tag index",
+                               kGauge, zone, static_cast<double>(path.zone().tags().bytes())));
+    const CachePath::PurgeCounters& pc = path.purge_counters();
+    constexpr auto kRelaxed = std::memory_order_relaxed;
+    const std::pair<const char*, uint64_t> kinds[] = {{"exact", pc.exact.load(kRelaxed)},
+                                                      {"prefix", pc.prefix.load(kRelaxed)},
+                                                      {"all", pc.all.load(kRelaxed)},
+                                                      {"tag", pc.tags.load(kRelaxed)}};
+    for (const auto& [kind, v] : kinds) {
+      auto labels = zone;
+      labels.emplace_back("kind", kind);
+      s.metrics.push_back(metric("cache_zone_purges_total", "purges of the zone by kind (soft ones too)", kCounter,
+                                 std::move(labels), static_cast<double>(v)));
+    }
+    s.metrics.push_back(metric("cache_soft_purges_total", "soft purges of the zone", kCounter, zone,
+                               static_cast<double>(pc.soft.load(kRelaxed))));
+    s.metrics.push_back(metric("cache_purged_entries_total", "entries purges removed", kCounter, zone,
+                               static_cast<double>(pc.entries.load(kRelaxed))));
+    s.metrics.push_back(metric("cache_purged_bytes_total", "file bytes purges removed", kCounter, zone,
+                               static_cast<double>(pc.bytes.load(kRelaxed))));
+    s.metrics.push_back(metric("cache_soft_purged_entries_total", "entries soft purges marked stale", kCounter,
+                               zone, static_cast<double>(pc.soft_entries.load(kRelaxed))));
+    s.metrics.push_back(metric("cache_soft_purged_stale_total",
+                               "responses served stale from a soft-purged entry", kCounter, zone,
+                               static_cast<double>(pc.soft_served_stale.load(kRelaxed))));
   }
   const std::vector<CacheCounters>& all = reg.all_counters();
   for (size_t core = 0; core < all.size(); ++core) {

@@ -5,6 +5,9 @@
 //   cache_entries{zone}  cache_bytes{zone}  cache_max_size_bytes{zone}  cache_loaded{zone}
 //   cache_responses_total{core,status}  cache_lock_waits_total{core}  cache_lock_timeouts_total{core}
 //   cache_purges_total{core}  cache_background_updates_total{core}  cache_hot_hits_total{core}
+//   cache_tags{zone}  cache_tagged_entries{zone}  cache_tag_index_bytes{zone}  cache_zone_purges_total{zone,kind}
+//   cache_soft_purges_total{zone}  cache_purged_entries_total{zone}  cache_purged_bytes_total{zone}
+//   cache_soft_purged_entries_total{zone}  cache_soft_purged_stale_total{zone}
 #pragma once
 
 #include "core/stats/export.hh"

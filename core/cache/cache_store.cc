@@ -53,7 +53,7 @@ class Unlinker final : public disk::DiskCallback {
 }  // namespace
 
 std::string encode_header(EntryMeta& m) {
-  size_t size = kFixedHeader + m.key.size() + m.etag.size() + m.vary.size() + m.head.size();
+  size_t size = kFixedHeader + m.key.size() + m.etag.size() + m.vary.size() + m.head.size() + m.tags.size();
   std::string out(size, '\0');
   std::memcpy(out.data(), kEntryMagic, sizeof(kEntryMagic));
   put<uint32_t>(out, 8, kEntryVersion);
@@ -76,8 +76,9 @@ std::string encode_header(EntryMeta& m) {
   put<uint16_t>(out, 128, static_cast<uint16_t>(m.etag.size()));
   put<uint16_t>(out, 130, static_cast<uint16_t>(m.vary.size()));
   put<uint32_t>(out, 132, static_cast<uint32_t>(m.head.size()));
+  put<uint32_t>(out, 136, static_cast<uint32_t>(m.tags.size()));
   size_t off = kFixedHeader;
-  for (const std::string* s : {&m.key, &m.etag, &m.vary, &m.head}) {
+  for (const std::string* s : {&m.key, &m.etag, &m.vary, &m.head, &m.tags}) {
     std::memcpy(out.data() + off, s->data(), s->size());
     off += s->size();
   }
@@ -97,9 +98,9 @@ DecodeStatus decode_header(std::string_view in, EntryMeta* m, size_t* needed) {
   }
   uint32_t size = get<uint32_t>(in, 12);
   size_t key_len = get<uint16_t>(in, 126), etag_len = get<uint16_t>(in, 128), vary_len = get<uint16_t>(in, 130);
-  size_t head_len = get<uint32_t>(in, 132);
-  if (size > kMaxHeader || size != kFixedHeader + key_len + etag_len + vary_len + head_len ||
-      get<uint32_t>(in, 136) != 0) {
+  size_t head_len = get<uint32_t>(in, 132), tags_len = get<uint32_t>(in, 136);
+  if (size > kMaxHeader || tags_len > kMaxHeader ||
+      size != kFixedHeader + key_len + etag_len + vary_len + head_len + tags_len) {
     return DecodeStatus::kCorrupt;
   }
   if (in.size() < size) {
@@ -129,6 +130,8 @@ DecodeStatus decode_header(std::string_view in, EntryMeta* m, size_t* needed) {
   m->vary.assign(in.substr(off, vary_len));
   off += vary_len;
   m->head.assign(in.substr(off, head_len));
+  off += head_len;
+  m->tags.assign(in.substr(off, tags_len));
   if (m->status < 100 || m->status > 599) return DecodeStatus::kCorrupt;
   return DecodeStatus::kOk;
 }
@@ -441,6 +444,7 @@ void StoreWriter::commit() {
   }
   drop(evicted);
   z.keys().put(meta_.hash, meta_.key);
+  z.tags().put(meta_.hash, meta_.tags);
   if (waiters != 0 && t_.hub != nullptr) t_.hub->notify(waiters, meta_.hash);
   if (t_.holds_lock && t_.locked == meta_.hash) t_.holds_lock = false;  // commit() released it
   release_lock();

@@ -8,8 +8,9 @@
 //   56  i64 date  64 i64 request_time  72 i64 response_time  80 i64 corrected_initial_age  88 i64 lifetime
 //   96  i64 stale_while_revalidate  104 i64 stale_if_error  112 i64 last_modified (-1: none)
 //   120 u32 flags (freshness.hh StoredFlag)  124 u16 status  126 u16 key_len  128 u16 etag_len
-//   130 u16 vary_len  132 u32 head_len  136 u32 reserved
-//   140 key, etag (as sent, with quotes), vary (normalised names), head ("Name: value\r\n" lines)
+//   130 u16 vary_len  132 u32 head_len  136 u32 tags_len (0 in files written before tags were stored)
+//   140 key, etag (as sent, with quotes), vary (normalised names), head ("Name: value\r\n" lines),
+//       tags (tags.hh stored form: "a b c")
 // The header is rewritten at offset 0 once the body is complete (body_size is unknown before that for a
 // chunked or close-delimited response).
 //
@@ -52,6 +53,7 @@ struct EntryMeta {
   std::string etag;         // with quotes (W/ if weak); empty: none
   std::string vary;         // normalised Vary names (the primary's list); empty: none
   std::string head;         // stored head lines
+  std::string tags;         // the response's cache tags (tags.hh stored form); empty: none
   uint32_t header_size = 0; // set by encode/decode
   uint64_t body_size = 0;
 };

@@ -230,8 +230,13 @@ CacheZone::Slot* CacheZone::find_locked(Bucket& b, const Hash128& h) const {
   return nullptr;
 }
 
+void CacheZone::forget_indexes(const Hash128& h) {
+  keys_.erase(h);
+  tags_.erase(h);
+}
+
 void CacheZone::drop_evicted_key(const std::optional<EntryView>* evicted) {
-  if (evicted != nullptr && evicted->has_value()) keys_.erase((*evicted)->hash);
+  if (evicted != nullptr && evicted->has_value()) forget_indexes((*evicted)->hash);
 }
 
 void CacheZone::clear_slot_locked(Slot& s) {
@@ -413,7 +418,7 @@ std::optional<EntryView> CacheZone::remove(const Hash128& h) {
     clear_slot_locked(*s);
   }
   unlock_bucket(b, seq);
-  if (v) keys_.erase(h);
+  if (v) forget_indexes(h);
   return v;
 }
 
@@ -429,7 +434,7 @@ std::optional<EntryView> CacheZone::remove_if_same(const EntryView& seen) {
     clear_slot_locked(*s);
   }
   unlock_bucket(b, seq);
-  if (v) keys_.erase(seen.hash);
+  if (v) forget_indexes(seen.hash);
   return v;
 }
 
@@ -458,8 +463,30 @@ std::optional<EntryView> CacheZone::forget(const EntryView& seen) {
     }
   }
   unlock_bucket(b, seq);
-  if (cleared) keys_.erase(seen.hash);
+  if (cleared) forget_indexes(seen.hash);
   return v;
+}
+
+bool CacheZone::mark_stale(const EntryView& seen, int64_t at_s) {
+  Bucket& b = bucket_of(seen.hash);
+  uint32_t seq = lock_bucket(b);
+  Slot* s = find_locked(b, seen.hash);
+  bool marked = false;
+  if (s != nullptr) {
+    const uint64_t m = s->meta.load(std::memory_order_relaxed);
+    const int64_t expires = static_cast<int64_t>(s->expires.load(std::memory_order_relaxed));
+    if ((meta_flags(m) & ~kEntryStale) == (seen.flags & ~kEntryStale) && meta_vary(m) == seen.vary_id &&
+        expires == seen.expires_at && s->fs_size.load(std::memory_order_relaxed) == seen.fs_size &&
+        (meta_flags(m) & kEntryExists)) {
+      s->meta.store(pack_meta(kStateUsed, static_cast<uint8_t>(meta_flags(m) | kEntryStale), meta_vary(m),
+                              meta_uses(m)),
+                    std::memory_order_relaxed);
+      if (expires > at_s) s->expires.store(static_cast<uint64_t>(at_s), std::memory_order_relaxed);
+      marked = true;
+    }
+  }
+  unlock_bucket(b, seq);
+  return marked;
 }
 
 size_t CacheZone::sweep(size_t max_buckets, const std::function<bool(const EntryView&)>& pick,
@@ -480,7 +507,7 @@ size_t CacheZone::sweep(size_t max_buckets, const std::function<bool(const Entry
     }
     unlock_bucket(b, seq);
   }
-  for (const EntryView& v : *out) keys_.erase(v.hash);
+  for (const EntryView& v : *out) forget_indexes(v.hash);
   return n;
 }
 

@@ -31,7 +31,8 @@
 // a window of buckets (exact LRU for zones up to the window, an approximation above). Keys themselves are not
 // needed on the hit path (a hit compares the hash, and the entry's file header holds the key for the
 // collision check); they are kept in KeyIndex for prefix/wildcard purge, behind per-shard mutexes that only
-// misses, purges and the manager take.
+// misses, purges and the manager take, and the entries' tags likewise in TagIndex (tag_index.hh) for tag purge.
+// A soft purge marks an entry kEntryStale instead of removing it (mark_stale).
 #pragma once
 
 #include <atomic>
@@ -46,6 +47,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "core/cache/cache_key.hh"
+#include "core/cache/tag_index.hh"
 
 namespace kosoku::cache {
 
@@ -54,6 +56,7 @@ enum EntryFlag : uint8_t {
   kEntryExists = 1u << 0,   // a complete file is on disk
   kEntryPrimary = 1u << 1,  // responses for this key vary: look up the variant (vary_id names the fields)
   kEntryVariant = 1u << 2,  // one Vary variant of a primary (parent = the primary's tag)
+  kEntryStale = 1u << 3,    // soft-purged: stale from expires_at on, whatever its file says (cleared by a commit)
 };
 
 /// A consistent copy of one entry.
@@ -181,6 +184,10 @@ class CacheZone {
   /// whose lock is held (a fill in flight) keeps the lock, its waiters and its uses as a placeholder; otherwise
   /// the slot and its key go.
   std::optional<EntryView> forget(const EntryView& seen);
+  /// A soft purge: marks the complete entry `seen` recorded as stale from `at_s` on (kEntryStale, and expires_at
+  /// lowered to at_s when later) if the slot still holds that version; false when it changed or went. The file
+  /// stays; the next commit of the entry clears the mark.
+  bool mark_stale(const EntryView& seen, int64_t at_s);
 
   /// Visits up to `max_buckets` buckets from the manager's clock hand; for every entry calls
   /// `pick(view)` and removes the entries it returns true for (each under its bucket's flag); removed
@@ -203,6 +210,7 @@ class CacheZone {
 
   VaryTable& vary() { return vary_; }
   KeyIndex& keys() { return keys_; }
+  TagIndex& tags() { return tags_; }
 
  private:
   struct Slot;
@@ -221,6 +229,8 @@ class CacheZone {
   void clear_slot_locked(Slot& s);
   // After the bucket flag is released: forget the key of an entry pushed out of a full bucket.
   void drop_evicted_key(const std::optional<EntryView>* evicted);
+  // After the bucket flag is released: the key and tags of an entry that left the zone.
+  void forget_indexes(const Hash128& h);
 
   std::string name_;
   int64_t epoch_s_;
@@ -233,6 +243,7 @@ class CacheZone {
   std::atomic<size_t> evict_hand_{0};
   VaryTable vary_;
   KeyIndex keys_;
+  TagIndex tags_;
 };
 
 }  // namespace kosoku::cache

@@ -3,13 +3,16 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <algorithm>
 #include <cstring>
+#include <ctime>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "core/cache/cache_key.hh"
 #include "core/cache/cache_paths.hh"
+#include "core/cache/tags.hh"
 
 namespace kosoku::cache {
 
@@ -54,6 +57,20 @@ PurgeJob::PurgeJob(CachePath& path, const PurgeTarget& target) : path_(path) {
         if (target_matches(target, key)) hashes.push_back(h);
       });
       break;
+    case PurgeTarget::Kind::kTags: {
+      for (const std::string& tag : target.tags) z.tags().entries_of(tag, hashes);
+      std::sort(hashes.begin(), hashes.end(), [](const Hash128& a, const Hash128& b) {
+        return a.hi != b.hi ? a.hi < b.hi : a.lo < b.lo;
+      });
+      hashes.erase(std::unique(hashes.begin(), hashes.end()), hashes.end());
+      if (!target.key.empty()) {
+        std::erase_if(hashes, [&](const Hash128& h) {
+          std::optional<std::string> key = z.keys().get(h);
+          return !key || !target_matches(target, *key);
+        });
+      }
+      break;
+    }
     case PurgeTarget::Kind::kExact: {
       const Hash128 h = hash_key(target.key);
       hashes.push_back(h);
@@ -110,6 +127,18 @@ PurgeResult purge(CachePath& path, const PurgeTarget& target, const std::functio
   return job.result();
 }
 
+PurgeResult soft_purge(CachePath& path, const PurgeTarget& target, int64_t now_s) {
+  PurgeJob job(path, target);
+  PurgeResult r;
+  while (const EntryView* v = job.next()) {
+    if (path.zone().mark_stale(*v, now_s)) {
+      ++r.removed;
+      r.bytes += v->fs_size;
+    }
+  }
+  return r;
+}
+
 PurgeTarget console_target(std::string_view key) {
   PurgeTarget t;
   t.key.assign(key);
@@ -121,6 +150,9 @@ PurgeTarget console_target(std::string_view key) {
   return t;
 }
 
+constexpr std::string_view kConsoleUsage =
+    "usage: cache stats | cache purge ZONE KEY|PATTERN*|*|tag TAG... | cache soft-purge ZONE KEY|PATTERN*|*|tag TAG...\n";
+
 std::string console_command(std::string_view line) {
   std::vector<std::string_view> w = absl::StrSplit(line, ' ', absl::SkipEmpty());
   CacheRegistry* reg = registry();
@@ -130,23 +162,50 @@ std::string console_command(std::string_view line) {
     for (const auto& p : reg->paths()) {
       CacheZone& z = p->zone();
       absl::StrAppend(&out, z.name(), " ", p->dir(), " entries=", z.entries(), " bytes=", z.bytes(),
-                      " max_size=", p->conf().max_size, " loaded=", p->loaded() ? "yes" : "no", "\n");
+                      " max_size=", p->conf().max_size, " loaded=", p->loaded() ? "yes" : "no",
+                      " tags=", z.tags().tags(), " tagged=", z.tags().pairs(), "\n");
+      const CachePath::PurgeCounters& c = p->purge_counters();
+      constexpr auto kRelaxed = std::memory_order_relaxed;
+      absl::StrAppend(&out, "  purges: exact=", c.exact.load(kRelaxed), " prefix=", c.prefix.load(kRelaxed),
+                      " all=", c.all.load(kRelaxed), " tag=", c.tags.load(kRelaxed), " soft=", c.soft.load(kRelaxed),
+                      " removed=", c.entries.load(kRelaxed), " removed_bytes=", c.bytes.load(kRelaxed),
+                      " soft_marked=", c.soft_entries.load(kRelaxed),
+                      " soft_served_stale=", c.soft_served_stale.load(kRelaxed), "\n");
     }
     return out;
   }
-  if (w.size() == 4 && w[1] == "purge") {
+  const bool soft = w.size() >= 4 && w[1] == "soft-purge";
+  if (w.size() >= 4 && (w[1] == "purge" || soft)) {
     CachePath* p = reg->find(w[2]);
     if (p == nullptr) return absl::StrCat("unknown cache zone \"", w[2], "\"\n");
-    PurgeResult r = purge(*p, console_target(w[3]), [](const std::string& f) {
+    PurgeTarget target;
+    if (w[3] == "tag" && w.size() >= 5) {
+      target.kind = PurgeTarget::Kind::kTags;
+      for (size_t i = 4; i < w.size(); ++i) {
+        if (!valid_tag(w[i])) return absl::StrCat("invalid tag \"", w[i], "\"\n");
+        target.tags.emplace_back(w[i]);
+      }
+    } else if (w.size() == 4) {
+      target = console_target(w[3]);
+    } else {
+      return std::string(kConsoleUsage);
+    }
+    if (soft) {
+      PurgeResult r = soft_purge(*p, target, time(nullptr));
+      p->count_purge(target, true, r);
+      return absl::StrCat(r.removed > 0 ? "marked stale " : "not found ", r.removed, " entries\n");
+    }
+    PurgeResult r = purge(*p, target, [](const std::string& f) {
       return ::unlink(f.c_str()) == 0 ? 0 : -errno;
     });
+    p->count_purge(target, false, r);
     if (r.failed > 0) {
       return absl::StrCat("failed: unlink() \"", r.failed_file, "\" failed (", r.error, ": ", std::strerror(r.error),
                           "); purged ", r.removed, " entries, ", r.bytes, " bytes before it\n");
     }
     return absl::StrCat(r.removed > 0 ? "purged " : "not found ", r.removed, " entries, ", r.bytes, " bytes\n");
   }
-  return "usage: cache stats | cache purge ZONE KEY|PATTERN*|*\n";
+  return std::string(kConsoleUsage);
 }
 
 }  // namespace kosoku::cache

@@ -73,6 +73,12 @@ class PurgeJob {
 /// thread, tests): never call it on a loop with a blocking unlink.
 PurgeResult purge(CachePath& path, const PurgeTarget& target, const std::function<int(const std::string&)>& unlink_file);
 
+/// A soft purge (Fastly-Soft-Purge): every complete entry `target` selects is marked stale from `now_s` on
+/// (CacheZone::mark_stale) instead of removed — its file stays, and the next request serves it stale where
+/// proxy_cache_use_stale or its stale-while-revalidate window allow, else revalidates it. No disk I/O: callable
+/// on a loop. `removed` counts the entries marked, `bytes` their files.
+PurgeResult soft_purge(CachePath& path, const PurgeTarget& target, int64_t now_s);
+
 /// The console's target for KEY: `*` alone is the whole zone, a KEY with `*` a glob (purge_match), else exact.
 PurgeTarget console_target(std::string_view key);
 

@@ -68,6 +68,9 @@ bool target_matches(const PurgeTarget& t, std::string_view key) {
       return true;
     case PurgeTarget::Kind::kGlob:
       return purge_match(t.key, key);
+    case PurgeTarget::Kind::kTags:
+      if (t.key.empty()) return true;
+      [[fallthrough]];
     case PurgeTarget::Kind::kPrefix:
       if (key.substr(0, t.key.size()) != t.key) return false;
       return t.host_end == kNone || t.key.size() > t.host_end || key.size() == t.host_end ||
@@ -119,6 +122,27 @@ PurgeKey build_purge_key(const Template& t, const config::VariableSource& vars, 
   } else {
     out.target.host_end = host_end;
   }
+  return out;
+}
+
+PurgeKey build_tag_scope(const Template& t, const config::VariableSource& vars, const PurgeKeyRules& rules) {
+  PurgeKey out;
+  out.target.kind = PurgeTarget::Kind::kTags;
+  const Shape sh = shape_of(t);
+  if (rules.any_host || !sh.client) return out;
+  if (sh.host == kNone) {
+    out.refusal = "the key has no host of the request to bound the tags by";
+    return out;
+  }
+  std::string& key = out.target.key;
+  for (size_t i = 0; i < sh.host; ++i) config::expand_segment(t, i, vars, key);
+  const size_t begin = key.size();
+  config::expand_segment(t, sh.host, vars, key);
+  if (key.size() == begin) {
+    out.refusal = "the request's host is empty";
+    return out;
+  }
+  out.target.host_end = key.size();
   return out;
 }
 

@@ -35,6 +35,7 @@
 #include <cstddef>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "core/config/variables.hh"
 
@@ -51,16 +52,20 @@ struct PurgeTarget {
     kPrefix,  // every key starting with `key` (the trailing `*` removed), bounded by host_end
     kAll,     // every entry of the zone
     kGlob,    // `key` is a pattern where `*` matches any run of bytes (the serial console's `cache purge`)
+    kTags,    // every entry carrying one of `tags` (tags.hh) whose key starts with `key` ("": any key), bounded
+              // by host_end as kPrefix is
   };
   Kind kind = Kind::kExact;
   std::string key;
+  std::vector<std::string> tags;  // kTags
   /// kPrefix: where the purging request's host ends in `key` (npos: no bound). A key whose prefix is `key`
   /// matches only if it does not continue that host: key.size() > host_end, or the candidate ends at
   /// host_end, or its byte at host_end is not a host_byte.
   size_t host_end = std::string::npos;
 };
 
-/// Whether `key` is selected by `t` (kPrefix, kAll and kGlob; kExact compares hashes, see purge.cc).
+/// Whether `key` is selected by `t` (kPrefix, kAll and kGlob; kExact compares hashes, see purge.cc; kTags: whether
+/// `key` is within the target's key scope — its tags are the index's business).
 bool target_matches(const PurgeTarget& t, std::string_view key);
 
 /// The parameters of `proxy_cache_purge` that shape the target.
@@ -78,6 +83,12 @@ struct PurgeKey {
 
 /// Expands `t` with `vars` and applies the rules of the header comment.
 PurgeKey build_purge_key(const config::Template& t, const config::VariableSource& vars, const PurgeKeyRules& rules);
+
+/// The key scope of a tag purge through `t` (a kTags target without tags, or a refusal): `t` expanded with
+/// `vars` up to the end of its host segment, so the purge stays within the request's host; no bound ("") with
+/// `any_host` or a template the configuration fixes completely. A template whose client data has no host before
+/// it is refused unless `any_host` is given.
+PurgeKey build_tag_scope(const config::Template& t, const config::VariableSource& vars, const PurgeKeyRules& rules);
 
 /// The configuration-time check (header comment): "" when purges through `t` can be bounded to the request's
 /// host, else the reason (a sentence for the `file:line:col: message`).

@@ -8,11 +8,13 @@
 #include <memory>
 #include <optional>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "core/base/log.hh"
 #include "core/cache/cache_variables.hh"
 #include "core/http/variables.hh"
 #include "core/cache/purge.hh"
+#include "core/cache/tags.hh"
 
 namespace kosoku::cache {
 
@@ -52,6 +54,7 @@ class PurgeState final : public http::ContentState, public disk::DiskCallback {
   PurgeState(http::Exchange& ex, CachePath& path, const PurgeTarget& target, std::string key, disk::DiskQueue& q,
              config::AioMode aio)
       : ex_(ex), job_(path, target), key_(std::move(key)), q_(q), aio_(aio) {
+    target_kind_.kind = target.kind;
     for (Slot& s : slots_) s.op.callback = this;
   }
 
@@ -141,6 +144,7 @@ class PurgeState final : public http::ContentState, public disk::DiskCallback {
       return;
     }
     const PurgeResult& r = job_.result();
+    job_.path().count_purge(target_kind_, false, r);
     if (r.failed > 0) {
       const int status = disk_error_ ? 500 : 503;
       ex_.respond(status,
@@ -160,6 +164,7 @@ class PurgeState final : public http::ContentState, public disk::DiskCallback {
 
   http::Exchange& ex_;
   PurgeJob job_;
+  PurgeTarget target_kind_;  // the kind of the target, for the counters
   std::string key_;
   disk::DiskQueue& q_;
   config::AioMode aio_;
@@ -171,15 +176,53 @@ class PurgeState final : public http::ContentState, public disk::DiskCallback {
   bool disk_error_ = false;
 };
 
+// The request's purge options: `Surrogate-Key: a b` (a tag purge; several fields add up) and
+// `Fastly-Soft-Purge: 1` (mark stale instead of remove).
+struct PurgeOptions {
+  std::string tags;  // the Surrogate-Key values, joined by spaces
+  bool have_tags = false;
+  bool soft = false;
+};
+
+PurgeOptions purge_options(const http::Request& req) {
+  PurgeOptions o;
+  for (const http::HeaderField& f : req.headers()) {
+    if (absl::EqualsIgnoreCase(f.name, "surrogate-key")) {
+      if (o.have_tags) o.tags.push_back(' ');
+      o.tags.append(f.value);
+      o.have_tags = true;
+    } else if (absl::EqualsIgnoreCase(f.name, "fastly-soft-purge")) {
+      o.soft = f.value == "1";
+    }
+  }
+  return o;
+}
+
 }  // namespace
 
 void start_purge(CacheModule& m, http::Exchange& ex, CachePath& path, const config::Template& key_template) {
   const PurgeConf& pc = ex.location().module<cache::CacheLocConf>().purge;
   const bool method_form = pc.mode == PurgeConf::Mode::kMethod;
   http::RequestVariables vars(ex, ex.core().reactor);
-  PurgeKey pk = build_purge_key(key_template, vars, PurgeKeyRules{method_form, pc.wildcard, pc.any_host});
-  const std::string& key = pk.target.key;
-  const std::string shown = pk.target.kind == PurgeTarget::Kind::kExact ? key : absl::StrCat(key, "*");
+  const PurgeKeyRules rules{method_form, pc.wildcard, pc.any_host};
+  const PurgeOptions opt = purge_options(ex.request());
+  PurgeKey pk;
+  std::string shown;
+  if (opt.have_tags) {
+    pk = build_tag_scope(key_template, vars, rules);
+    std::string error;
+    if (!parse_purge_tags(opt.tags, pk.target.tags, error)) {
+      KOSOKU_LOG(kError, "purge refused: \"Surrogate-Key\" has %s, client: %s", error, ex.remote_addr());
+      ex.respond(400);
+      return;
+    }
+    shown = absl::StrCat("tags: ", opt.tags.size() > 256 ? absl::StrCat(opt.tags.substr(0, 256), "...") : opt.tags);
+    if (!pk.target.key.empty()) absl::StrAppend(&shown, " within ", pk.target.key);
+    shown = base::log_escaped(shown);
+  } else {
+    pk = build_purge_key(key_template, vars, rules);
+    shown = pk.target.kind == PurgeTarget::Kind::kExact ? pk.target.key : absl::StrCat(pk.target.key, "*");
+  }
   if (method_form && !from_allowed(pc.from, ex.remote_addr())) {
     KOSOKU_LOG(kError, "purge forbidden by \"proxy_cache_purge ... from\", client: %s, key: \"%s\"", ex.remote_addr(),
                shown);
@@ -200,6 +243,17 @@ void start_purge(CacheModule& m, http::Exchange& ex, CachePath& path, const conf
     return;
   }
   ++m.counters().purges;
+  if (opt.soft) {
+    // Nothing to wait for: the entries are marked in the keys zone, which every core reads.
+    const PurgeResult r = soft_purge(path, pk.target, m.reactor().wall_time());
+    path.count_purge(pk.target, true, r);
+    if (r.removed == 0) {
+      ex.respond(404);
+      return;
+    }
+    ex.respond(200, absl::StrCat("Successful soft purge\nKey: ", shown, "\nEntries: ", r.removed, "\n"), "text/plain");
+    return;
+  }
   auto st = std::make_unique<PurgeState>(ex, path, pk.target, shown, m.queue_for(path, ex), ex.location().aio);
   PurgeState* p = st.get();
   ex.state() = std::move(st);

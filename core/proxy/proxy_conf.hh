@@ -176,8 +176,11 @@ struct ProxyLocationConf {
   bool pass_request_body = true;            // `proxy_pass_request_body`
   std::vector<std::string> pass_header;     // `proxy_pass_header NAME` (lower-case)
   std::vector<std::string> hide_header;     // `proxy_hide_header NAME` (lower-case)
-  /// Effective hidden response fields (lower-case): nginx's defaults (Date, Server, X-Pad, X-Accel-*) minus
-  /// pass_header, plus hide_header. Built at load.
+  /// Fields other modules hide by default (lower-case; the cache's tag fields where it reads them), set by their
+  /// finalize before the proxy's; proxy_pass_header passes them as it does nginx's defaults.
+  std::vector<std::string> module_hidden;
+  /// Effective hidden response fields (lower-case): nginx's defaults (Date, Server, X-Pad, X-Accel-*) and
+  /// module_hidden minus pass_header, plus hide_header. Built at load.
   std::vector<std::string> hidden;
   /// `proxy_redirect` lines of the block that set them (inherited whole when a block has none); `off` clears
   /// them. Without any, a location with proxy_pass gets nginx's `proxy_redirect default` (built at load).

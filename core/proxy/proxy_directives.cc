@@ -624,11 +624,13 @@ void build_effective(LocationConf& loc) {
     p.headers.push_back(std::move(h));
   }
   p.hidden.clear();
-  for (std::string_view h : kDefaultHidden) {
+  auto hide_unless_passed = [&](std::string_view h) {
     bool passed = false;
     for (const std::string& n : p.pass_header) passed = passed || n == h;
     if (!passed) p.hidden.emplace_back(h);
-  }
+  };
+  for (std::string_view h : kDefaultHidden) hide_unless_passed(h);
+  for (const std::string& h : p.module_hidden) hide_unless_passed(h);
   for (const std::string& n : p.hide_header) p.hidden.push_back(n);
   // nginx: without proxy_redirect lines (and without `off`), `proxy_redirect default` applies.
   if (p.pass && p.redirect.empty() && !p.redirect_off) p.redirect.push_back(default_redirect(p, loc.pattern));
