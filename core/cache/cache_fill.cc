@@ -202,10 +202,11 @@ RefreshResult refresh_entry(const CacheLocConf& cc, const http::Request& req, co
       w.primary = old.primary;
       w.vary_id = path.zone().vary().intern(old.vary);
     }
+    // The entry is valid again at once (a soft purge's mark ends); the rewritten file follows.
+    path.zone().set_expires(hash, served.freshness.expires_at());
     if (fd >= 0) {
       rewrite_entry(fd, old, served, w);
     } else {
-      path.zone().set_expires(hash, served.freshness.expires_at());
       unlock();
     }
     return RefreshResult::kRewritten;

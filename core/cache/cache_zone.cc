@@ -364,7 +364,15 @@ bool CacheZone::set_expires(const Hash128& h, int64_t expires_at) {
   Bucket& b = bucket_of(h);
   uint32_t seq = lock_bucket(b);
   Slot* s = find_locked(b, h);
-  if (s != nullptr) s->expires.store(static_cast<uint64_t>(expires_at), std::memory_order_relaxed);
+  if (s != nullptr) {
+    s->expires.store(static_cast<uint64_t>(expires_at), std::memory_order_relaxed);
+    const uint64_t m = s->meta.load(std::memory_order_relaxed);
+    if (meta_flags(m) & kEntryStale) {
+      s->meta.store(pack_meta(kStateUsed, static_cast<uint8_t>(meta_flags(m) & ~kEntryStale), meta_vary(m),
+                              meta_uses(m)),
+                    std::memory_order_relaxed);
+    }
+  }
   unlock_bucket(b, seq);
   return s != nullptr;
 }
