@@ -350,8 +350,23 @@ void CacheState::on_entry_open(EntryReader&, int error) {
     step();
     return;
   }
-  have_entry_ = true;
   const EntryMeta& m = reader_.meta();
+  const PurgeRecord* purged = nullptr;
+  if (!entry_ || !entry_->exists()) {
+    // Found on disk before the loader: a purge of an earlier run may cover it (purge_log.hh), as the loader
+    // would find.
+    purged = path_->purge_log().replayed_cover(m);
+    if (purged != nullptr && !purged->soft) {
+      reader_.close();
+      remove_file_async(mod_.queue_for(*path_, ex_), ex_.location().aio, path_->path_of(hash_));
+      entry_.reset();
+      facts_.entry = EntryState::kNone;
+      facts_.freshness = nullptr;
+      step();
+      return;
+    }
+  }
+  have_entry_ = true;
   if (!entry_ || !entry_->exists()) {
     // Found on disk before the loader: index it (never over a newer entry).
     std::optional<EntryView> ev;
@@ -370,6 +385,11 @@ void CacheState::on_entry_open(EntryReader&, int error) {
     if (std::optional<EntryView> v = z.peek(hash_);
         !m.tags.empty() && v && v->expires_at == c.expires_at && v->fs_size == c.fs_size) {
       z.tags().put(hash_, m.tags);
+    }
+    if (std::optional<EntryView> v = z.peek(hash_);
+        purged != nullptr && v && v->expires_at == c.expires_at && v->fs_size == c.fs_size) {
+      z.mark_stale(*v, purged->at);
+      entry_ = z.peek(hash_);
     }
   }
   facts_.entry = EntryState::kRead;

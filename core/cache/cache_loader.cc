@@ -121,6 +121,7 @@ void CacheMaintainer::visit(Dir& d, const dirent* e) {
     return;
   }
   if (type != DT_REG) return;
+  if (d.depth == 0 && PurgeLog::is_log_file(name)) return;  // the purge log (purge_log.hh)
   Hash128 h;
   bool entry = !d.temp && d.depth == levels.size() && from_hex(name, &h) && is_hex(name);
   if (entry && !levels.empty()) {
@@ -161,6 +162,14 @@ void CacheMaintainer::read_done(Read& rd, int error) {
     return;
   }
   const EntryMeta& m = rd.reader.meta();
+  // A purge of an earlier run covers the file: it stays purged (a soft purge: loaded, and marked stale below).
+  const PurgeRecord* purged = path_.purge_log().replayed_cover(m);
+  if (purged != nullptr && !purged->soft) {
+    ++stats_.purged;
+    rd.reader.close();
+    unlink(rd.file);
+    return;
+  }
   CacheZone& z = path_.zone();
   const int64_t now = r_.wall_time();
   const Freshness& f = m.freshness;
@@ -197,6 +206,10 @@ void CacheMaintainer::read_done(Read& rd, int error) {
       !m.tags.empty() && v && v->expires_at == expires && v->fs_size == fs_size) {
     z.tags().put(m.hash, m.tags);
   }
+  if (std::optional<EntryView> v = z.peek(m.hash);
+      purged != nullptr && v && v->expires_at == expires && v->fs_size == fs_size) {
+    z.mark_stale(*v, purged->at);
+  }
   ++stats_.loaded;
   rd.reader.close();
 }
@@ -209,6 +222,11 @@ void CacheMaintainer::unlink(std::string file) {
 void CacheMaintainer::finish_loading() {
   done_ = true;
   path_.set_loaded();
+  // The earlier runs' purges are applied. When no file was left for a hard one, their log is done with (the
+  // soft ones live on in core 0's log); else it is kept for one more start, in case an unlink failed.
+  if (!path_.purge_log().replay_path().empty() && stats_.purged == 0) {
+    remove_file_async(q_, aio_, path_.purge_log().replay_path());
+  }
   KOSOKU_LOG(kNotice, "http file cache: %s %.3fM, %u entries loaded, %u files removed", path_.dir(),
              static_cast<double>(path_.zone().bytes()) / (1024.0 * 1024.0), static_cast<unsigned>(stats_.loaded),
              static_cast<unsigned>(stats_.removed));

@@ -4,9 +4,11 @@
 // Loader (at start): walks PATH (the level directories, and PATH/temp), and for every file named like an
 // entry (32 hex digits, at the right depth, in the right level directory) reads its header through the
 // DiskQueue and adds it to the keys zone (CacheZone::Commit::only_if_absent: never over an entry a request
-// stored meanwhile; Vary primaries are rebuilt from the variants' headers). Everything else — temp files left by
-// a crash, corrupt or truncated entries, stray files — is unlinked, as nginx does. Bounded work per loop
-// iteration: at most `loader_files` directory entries are examined per poll() and at most kMaxReads header
+// stored meanwhile; Vary primaries are rebuilt from the variants' headers) — unless a purge of an earlier run
+// covers the file (purge_log.hh): then it is unlinked, or for a soft purge loaded as stale. Everything else —
+// temp files left by a crash, corrupt or truncated entries, stray files — is unlinked, as nginx does (the purge
+// log's files excepted).
+// Bounded work per loop iteration: at most `loader_files` directory entries are examined per poll() and at most kMaxReads header
 // reads are in flight, so the loop keeps serving while the cache loads. Until the loader is done, a lookup that
 // misses the zone still tries the file (cache_handler.cc), so entries not yet loaded are hits too.
 // Directory listing (opendir/readdir) is the one file-system call made directly on the loop: io_uring has no
@@ -40,6 +42,7 @@ class CacheMaintainer final : public reactor::Poller, public reactor::Timer {
   struct Stats {
     uint64_t loaded = 0;      // entries added by the loader
     uint64_t removed = 0;     // files the loader unlinked (temp leftovers, corrupt, stray)
+    uint64_t purged = 0;      // ... of them, files a purge of an earlier run covers (purge_log.hh)
     uint64_t inactive = 0;    // entries the manager removed for `inactive`
     uint64_t evicted = 0;     // entries the manager removed for `max_size`
   };

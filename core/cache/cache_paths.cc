@@ -139,7 +139,9 @@ std::unique_ptr<CacheRegistry> CacheRegistry::create(const config::MainConf& con
       if (err) *err = absl::StrCat("mkdir() \"", failed, "\" failed (", -rc, ": ", std::strerror(-rc), ")");
       return nullptr;
     }
-    reg->paths_.push_back(std::make_unique<CachePath>(p, std::move(dir), now_s));
+    auto path = std::make_unique<CachePath>(p, dir, now_s);
+    path->purge_log().open(dir, cores);
+    reg->paths_.push_back(std::move(path));
   }
   return reg;
 }

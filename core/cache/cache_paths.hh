@@ -21,6 +21,7 @@
 #include "core/cache/cache_conf.hh"
 #include "core/cache/cache_key.hh"
 #include "core/cache/cache_zone.hh"
+#include "core/cache/purge_log.hh"
 
 namespace kosoku::config {
 struct MainConf;
@@ -32,7 +33,6 @@ class Reactor;
 namespace kosoku::cache {
 
 /// One `proxy_cache_path` at run time.
-struct PurgeTarget;
 struct PurgeResult;
 
 class CachePath {
@@ -58,7 +58,11 @@ class CachePath {
     std::atomic<uint64_t> entries{0}, bytes{0};            // entries (and their file bytes) removed
     std::atomic<uint64_t> soft_entries{0};                 // entries a soft purge marked stale
     std::atomic<uint64_t> soft_served_stale{0};            // responses served stale from a soft-purged entry
+    std::atomic<uint64_t> unlink_failures{0};              // purges whose files could not all be unlinked
   };
+  /// The purge log (purge_log.hh): opened by CacheRegistry::create; without it (tests) purges are not logged.
+  PurgeLog& purge_log() { return purge_log_; }
+  const PurgeLog& purge_log() const { return purge_log_; }
   PurgeCounters& purge_counters() { return purge_counters_; }
   const PurgeCounters& purge_counters() const { return purge_counters_; }
   /// Counts one purge of `target` and what it did (`soft`: marked stale instead of removed).
@@ -76,6 +80,7 @@ class CachePath {
   std::atomic<uint64_t> temp_seq_{0};
   std::atomic<bool> loaded_{false};
   PurgeCounters purge_counters_;
+  PurgeLog purge_log_;
 };
 
 /// Cross-core wake-ups of cache-lock waiters (see the header comment).

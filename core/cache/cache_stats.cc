@@ -66,6 +66,9 @@ stats::ExtraSection stats_section(const CacheRegistry& reg) {
                                static_cast<double>(pc.bytes.load(kRelaxed))));
     s.metrics.push_back(metric("cache_soft_purged_entries_total", "entries soft purges marked stale", kCounter,
                                zone, static_cast<double>(pc.soft_entries.load(kRelaxed))));
+    s.metrics.push_back(metric("cache_purge_unlink_failures_total",
+                               "purges whose files could not all be unlinked (the next start removes them)", kCounter,
+                               zone, static_cast<double>(pc.unlink_failures.load(kRelaxed))));
     s.metrics.push_back(metric("cache_soft_purged_stale_total",
                                "responses served stale from a soft-purged entry", kCounter, zone,
                                static_cast<double>(pc.soft_served_stale.load(kRelaxed))));

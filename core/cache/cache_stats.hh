@@ -8,6 +8,7 @@
 //   cache_tags{zone}  cache_tagged_entries{zone}  cache_tag_index_bytes{zone}  cache_zone_purges_total{zone,kind}
 //   cache_soft_purges_total{zone}  cache_purged_entries_total{zone}  cache_purged_bytes_total{zone}
 //   cache_soft_purged_entries_total{zone}  cache_soft_purged_stale_total{zone}
+//   cache_purge_unlink_failures_total{zone}
 #pragma once
 
 #include "core/stats/export.hh"

@@ -140,6 +140,12 @@ void KeyIndex::for_each(const std::function<void(const Hash128&, std::string_vie
   }
 }
 
+void KeyIndex::for_each_in_shard(size_t shard, const std::function<void(const Hash128&, std::string_view)>& f) const {
+  const Shard& s = shards_[shard % kShards];
+  std::lock_guard<std::mutex> lk(s.mu);
+  for (const auto& [h, k] : s.keys) f(h, k);
+}
+
 size_t KeyIndex::size() const {
   size_t n = 0;
   for (const Shard& s : shards_) {
@@ -326,6 +332,11 @@ uint64_t CacheZone::commit(const Hash128& h, const Commit& c, int64_t now_s, std
   s->fs_size.store(c.fs_size, std::memory_order_relaxed);
   s->parent.store(c.parent, std::memory_order_relaxed);
   uint8_t flags = static_cast<uint8_t>(kEntryExists | c.extra_flags);
+  if ((meta_flags(m) & (kEntryStale | kEntryExists)) == kEntryStale && s->lock_until.load(std::memory_order_relaxed)) {
+    // Purged while this fill ran (forget): stored, but stale from the start.
+    flags |= kEntryStale;
+    if (c.expires_at > now_s) s->expires.store(static_cast<uint64_t>(now_s), std::memory_order_relaxed);
+  }
   uint16_t gen = gen_.fetch_add(1, std::memory_order_relaxed);
   if (gen == 0) gen = gen_.fetch_add(1, std::memory_order_relaxed);  // 0 never names a file version
   s->meta.store(pack_meta(kStateUsed, flags, gen, meta_uses(m)), std::memory_order_relaxed);
@@ -411,6 +422,10 @@ uint64_t CacheZone::unlock(const Hash128& h) {
   if (s != nullptr) {
     s->lock_until.store(0, std::memory_order_relaxed);
     waiters = s->waiters.exchange(0, std::memory_order_relaxed);
+    const uint64_t m = s->meta.load(std::memory_order_relaxed);
+    if ((meta_flags(m) & (kEntryStale | kEntryExists)) == kEntryStale) {
+      s->meta.store(pack_meta(kStateUsed, 0, meta_vary(m), meta_uses(m)), std::memory_order_relaxed);
+    }
   }
   unlock_bucket(b, seq);
   return waiters;
@@ -463,7 +478,7 @@ std::optional<EntryView> CacheZone::forget(const EntryView& seen) {
         s->fs_size.store(0, std::memory_order_relaxed);
         s->expires.store(0, std::memory_order_relaxed);
         s->parent.store(0, std::memory_order_relaxed);
-        s->meta.store(pack_meta(kStateUsed, 0, 0, meta_uses(m)), std::memory_order_relaxed);
+        s->meta.store(pack_meta(kStateUsed, kEntryStale, 0, meta_uses(m)), std::memory_order_relaxed);
       } else {
         clear_slot_locked(*s);
         cleared = true;
@@ -491,6 +506,12 @@ bool CacheZone::mark_stale(const EntryView& seen, int64_t at_s) {
                     std::memory_order_relaxed);
       if (expires > at_s) s->expires.store(static_cast<uint64_t>(at_s), std::memory_order_relaxed);
       marked = true;
+    } else if ((meta_flags(m) & (kEntryExists | kEntryPrimary)) == 0 &&
+               s->lock_until.load(std::memory_order_relaxed) != 0) {
+      // A fill in flight: what it stores is stale from the start (commit).
+      s->meta.store(pack_meta(kStateUsed, static_cast<uint8_t>(meta_flags(m) | kEntryStale), meta_vary(m),
+                              meta_uses(m)),
+                    std::memory_order_relaxed);
     }
   }
   unlock_bucket(b, seq);
@@ -550,9 +571,11 @@ std::optional<EntryView> CacheZone::evict_lru(size_t window) {
   return remove_if_same(*best);
 }
 
-void CacheZone::for_each(const std::function<void(const EntryView&)>& f) const {
+void CacheZone::for_each(const std::function<void(const EntryView&)>& f) const { for_each_in(0, nbuckets_, f); }
+
+void CacheZone::for_each_in(size_t first, size_t last, const std::function<void(const EntryView&)>& f) const {
   std::vector<EntryView> views;
-  for (size_t i = 0; i < nbuckets_; ++i) {
+  for (size_t i = first; i < last && i < nbuckets_; ++i) {
     const Bucket& b = buckets_[i];
     for (;;) {
       views.clear();

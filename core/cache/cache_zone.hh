@@ -105,11 +105,14 @@ class KeyIndex {
   std::optional<std::string> get(const Hash128& h) const;
   /// Calls f(hash, key) for every key (each shard under its mutex; f must not call back into the index).
   void for_each(const std::function<void(const Hash128&, std::string_view)>& f) const;
+  /// The same for one shard (0..shard_count()-1): an incremental walk holds one shard's mutex at a time.
+  void for_each_in_shard(size_t shard, const std::function<void(const Hash128&, std::string_view)>& f) const;
+  static constexpr size_t shard_count() { return kShards; }
   size_t size() const;
   uint64_t bytes() const { return bytes_.load(std::memory_order_relaxed); }
 
  private:
-  static constexpr size_t kShards = 64;
+  static constexpr size_t kShards = 1024;  // ~10,000 keys a shard at 10 million entries
   struct Shard {
     mutable std::mutex mu;
     absl::flat_hash_map<Hash128, std::string, Hash128Hasher> keys;
@@ -183,11 +186,13 @@ class CacheZone {
   /// A purge's removal: forgets what `seen` recorded if the slot still holds exactly that (same flags, gen or
   /// vary_id, expires_at and fs_size), and returns it; nullopt when the entry changed or went meanwhile. A slot
   /// whose lock is held (a fill in flight) keeps the lock, its waiters and its uses as a placeholder; otherwise
-  /// the slot and its key go.
+  /// the slot and its key go. The placeholder left for a fill is marked kEntryStale: the fill's commit is then
+  /// stored stale (what it fetched may predate the purge); unlock() clears the mark of a placeholder.
   std::optional<EntryView> forget(const EntryView& seen);
   /// A soft purge: marks the complete entry `seen` recorded as stale from `at_s` on (kEntryStale, and expires_at
   /// lowered to at_s when later) if the slot still holds that version; false when it changed or went. The file
-  /// stays; the next commit of the entry clears the mark.
+  /// stays; the next commit of the entry clears the mark. A placeholder with a fill in flight is marked instead
+  /// (false): that fill's result is stored stale.
   bool mark_stale(const EntryView& seen, int64_t at_s);
 
   /// Visits up to `max_buckets` buckets from the manager's clock hand; for every entry calls
@@ -199,6 +204,9 @@ class CacheZone {
   std::optional<EntryView> evict_lru(size_t window);
   /// Calls f(view) for every entry (seqlock snapshots; the set may change meanwhile).
   void for_each(const std::function<void(const EntryView&)>& f) const;
+  /// The same for the buckets [first, last) of bucket_count(): an incremental walk.
+  void for_each_in(size_t first, size_t last, const std::function<void(const EntryView&)>& f) const;
+  size_t bucket_count() const { return nbuckets_; }
 
   // ---- accounting
   uint64_t bytes() const { return bytes_.load(std::memory_order_relaxed); }

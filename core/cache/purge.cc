@@ -1,9 +1,10 @@
 #include "core/cache/purge.hh"
 
+#include <fcntl.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <ctime>
 #include <vector>
@@ -12,6 +13,7 @@
 #include "absl/strings/str_split.h"
 #include "core/cache/cache_key.hh"
 #include "core/cache/cache_paths.hh"
+#include "core/cache/purge_log.hh"
 #include "core/cache/tags.hh"
 
 namespace kosoku::cache {
@@ -37,103 +39,150 @@ bool purge_match(std::string_view p, std::string_view k) {
   return pi == p.size();
 }
 
-PurgeJob::PurgeJob(CachePath& path, const PurgeTarget& target) : path_(path) {
-  CacheZone& z = path.zone();
-  auto add = [&](const EntryView& v) {
-    if (v.exists()) {
-      files_.push_back(v);
-    } else {
-      fileless_.push_back(v);
-    }
-  };
-  std::vector<Hash128> hashes;
-  switch (target.kind) {
+PurgeSelection::PurgeSelection(CachePath& path, const PurgeTarget& target, bool soft, int64_t now_s)
+    : path_(path), target_(target), soft_(soft), now_s_(now_s) {
+  switch (target_.kind) {
     case PurgeTarget::Kind::kAll:
-      z.for_each(add);
-      return;
+      phase_ = Phase::kBuckets;
+      break;
     case PurgeTarget::Kind::kPrefix:
     case PurgeTarget::Kind::kGlob:
-      z.keys().for_each([&](const Hash128& h, std::string_view key) {
-        if (target_matches(target, key)) hashes.push_back(h);
-      });
+      phase_ = Phase::kShards;
+      shard_cost_ = std::max<size_t>(1, path_.zone().keys().size() / KeyIndex::shard_count());
       break;
-    case PurgeTarget::Kind::kTags: {
-      for (const std::string& tag : target.tags) z.tags().entries_of(tag, hashes);
-      std::sort(hashes.begin(), hashes.end(), [](const Hash128& a, const Hash128& b) {
+    case PurgeTarget::Kind::kTags:
+      for (const std::string& tag : target_.tags) path_.zone().tags().entries_of(tag, hashes_);
+      std::sort(hashes_.begin(), hashes_.end(), [](const Hash128& a, const Hash128& b) {
         return a.hi != b.hi ? a.hi < b.hi : a.lo < b.lo;
       });
-      hashes.erase(std::unique(hashes.begin(), hashes.end()), hashes.end());
-      if (!target.key.empty()) {
-        std::erase_if(hashes, [&](const Hash128& h) {
-          std::optional<std::string> key = z.keys().get(h);
-          return !key || !target_matches(target, *key);
-        });
-      }
+      hashes_.erase(std::unique(hashes_.begin(), hashes_.end()), hashes_.end());
+      phase_ = Phase::kHashes;
       break;
-    }
-    case PurgeTarget::Kind::kExact: {
-      const Hash128 h = hash_key(target.key);
-      hashes.push_back(h);
-      // Every Vary variant of the key, even when its primary entry is gone (a variant must never outlive a purge
-      // of its key). Only zones that ever stored a Vary response have variants to look for.
-      if (!z.vary().get(1).empty()) {
-        const uint64_t tag = h.tag();
-        z.for_each([&](const EntryView& v) {
-          if ((v.flags & kEntryVariant) && v.parent == tag) add(v);
-        });
-      }
+    case PurgeTarget::Kind::kExact:
+      phase_ = Phase::kExact;
       break;
-    }
-  }
-  for (const Hash128& h : hashes) {
-    if (std::optional<EntryView> v = z.peek(h)) add(*v);
   }
 }
 
-const EntryView* PurgeJob::next() {
-  if (result_.failed > 0 || next_ >= files_.size()) return nullptr;
-  return &files_[next_++];
-}
-
-void PurgeJob::unlinked(const EntryView& v, int result) {
-  if (result != 0 && result != -ENOENT) {
-    if (result_.failed++ == 0) {
-      result_.error = -result;
-      result_.failed_file = path_.path_of(v.hash);
+void PurgeSelection::take(const EntryView& v) {
+  CacheZone& z = path_.zone();
+  if (soft_) {
+    if (z.mark_stale(v, now_s_)) {
+      ++result_.removed;
+      result_.bytes += v.fs_size;
     }
     return;
   }
-  // The file is gone. If the entry changed meanwhile (a new version committed over the same file name), the
-  // new entry stays: whether the unlink took its file or not, a lookup that finds no file is a miss.
-  path_.zone().forget(v);
-  ++result_.removed;
-  result_.bytes += v.fs_size;
-}
-
-void PurgeJob::finish() {
-  if (finished_) return;
-  finished_ = true;
-  if (result_.failed > 0 || next_ < files_.size()) return;  // a file failed, or the purge was cut short
-  for (const EntryView& v : fileless_) {
-    std::optional<EntryView> gone = path_.zone().forget(v);
-    if (gone && (gone->flags & kEntryPrimary)) ++result_.removed;  // a placeholder is not a cached response
+  std::optional<EntryView> gone = z.forget(v);
+  if (!gone) return;
+  if (gone->exists()) {
+    files_.push_back(gone->hash);
+    ++result_.removed;
+    result_.bytes += gone->fs_size;
+  } else if (gone->flags & kEntryPrimary) {
+    ++result_.removed;  // a placeholder is not a cached response
   }
 }
 
-PurgeResult purge(CachePath& path, const PurgeTarget& target, const std::function<int(const std::string&)>& unlink_file) {
-  PurgeJob job(path, target);
-  while (const EntryView* v = job.next()) job.unlinked(*v, unlink_file(path.path_of(v->hash)));
-  job.finish();
-  return job.result();
+void PurgeSelection::take_hash(const Hash128& h) {
+  if (std::optional<EntryView> v = path_.zone().peek(h)) take(*v);
 }
 
-PurgeResult soft_purge(CachePath& path, const PurgeTarget& target, int64_t now_s) {
-  PurgeJob job(path, target);
-  PurgeResult r;
-  while (const EntryView* v = job.next()) {
-    if (path.zone().mark_stale(*v, now_s)) {
-      ++r.removed;
-      r.bytes += v->fs_size;
+bool PurgeSelection::step(size_t entries) {
+  CacheZone& z = path_.zone();
+  size_t budget = entries;
+  while (budget > 0 && phase_ != Phase::kDone) {
+    switch (phase_) {
+      case Phase::kExact: {
+        const Hash128 h = hash_key(target_.key);
+        take_hash(h);
+        // Every Vary variant of the key, even when its primary entry is gone (a variant must never outlive a
+        // purge of its key). Only zones that ever stored a Vary response have variants to look for.
+        variants_of_ = h.tag();
+        phase_ = z.vary().get(1).empty() ? Phase::kDone : Phase::kVariants;
+        cursor_ = 0;
+        --budget;
+        break;
+      }
+      case Phase::kVariants:
+      case Phase::kBuckets: {
+        const size_t last = std::min(cursor_ + kStepBuckets, z.bucket_count());
+        std::vector<EntryView> views;
+        z.for_each_in(cursor_, last, [&](const EntryView& v) {
+          if (phase_ == Phase::kBuckets || ((v.flags & kEntryVariant) && v.parent == variants_of_)) views.push_back(v);
+        });
+        for (const EntryView& v : views) take(v);
+        cursor_ = last;
+        budget = budget > kStepBuckets * CacheZone::kWays ? budget - kStepBuckets * CacheZone::kWays : 0;
+        if (cursor_ >= z.bucket_count()) phase_ = Phase::kDone;
+        break;
+      }
+      case Phase::kShards: {
+        std::vector<Hash128> hashes;
+        z.keys().for_each_in_shard(cursor_, [&](const Hash128& h, std::string_view key) {
+          if (target_matches(target_, key)) hashes.push_back(h);
+        });
+        for (const Hash128& h : hashes) take_hash(h);
+        ++cursor_;
+        budget = budget > shard_cost_ ? budget - shard_cost_ : 0;
+        if (cursor_ >= KeyIndex::shard_count()) phase_ = Phase::kDone;
+        break;
+      }
+      case Phase::kHashes: {
+        const size_t last = std::min(cursor_ + budget, hashes_.size());
+        for (size_t i = cursor_; i < last; ++i) {
+          // Within the target's key scope (a tag purge stays within the request's host).
+          std::optional<std::string> key;
+          if (!target_.key.empty() && (!(key = z.keys().get(hashes_[i])) || !target_matches(target_, *key))) continue;
+          take_hash(hashes_[i]);
+        }
+        budget -= last - cursor_;
+        cursor_ = last;
+        if (cursor_ >= hashes_.size()) {
+          phase_ = Phase::kDone;
+          std::vector<Hash128>().swap(hashes_);
+        }
+        break;
+      }
+      case Phase::kDone:
+        break;
+    }
+  }
+  return phase_ == Phase::kDone;
+}
+
+bool purge_unlink_due(CachePath& path, const Hash128& h) {
+  std::optional<EntryView> v = path.zone().peek(h);
+  return !v || !v->exists();
+}
+
+PurgeResult purge(CachePath& path, const PurgeTarget& target, const std::function<int(const std::string&)>& unlink_file,
+                  int64_t now_s, bool soft) {
+  PurgeResult failed;
+  if (const std::string& log = path.purge_log().file(0); !log.empty()) {
+    const std::string rec = encode_purge_record(PurgeRecord{now_s, soft, target});
+    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+    const bool ok = fd >= 0 && ::write(fd, rec.data(), rec.size()) == static_cast<ssize_t>(rec.size());
+    const int e = errno;
+    if (fd >= 0) ::close(fd);
+    if (!ok) {
+      failed.log_error = e != 0 ? e : EIO;
+      return failed;
+    }
+  }
+  PurgeSelection sel(path, target, soft, now_s);
+  while (!sel.step(SIZE_MAX)) {
+  }
+  PurgeResult r = sel.result();
+  for (const Hash128& h : sel.files()) {
+    if (!purge_unlink_due(path, h)) continue;
+    const std::string file = path.path_of(h);
+    const int rc = unlink_file(file);
+    if (rc != 0 && rc != -ENOENT) {
+      ++r.failed;
+      r.error = -rc;
+      r.failed_file = file;
+      break;
     }
   }
   return r;
@@ -170,7 +219,8 @@ std::string console_command(std::string_view line) {
                       " all=", c.all.load(kRelaxed), " tag=", c.tags.load(kRelaxed), " soft=", c.soft.load(kRelaxed),
                       " removed=", c.entries.load(kRelaxed), " removed_bytes=", c.bytes.load(kRelaxed),
                       " soft_marked=", c.soft_entries.load(kRelaxed),
-                      " soft_served_stale=", c.soft_served_stale.load(kRelaxed), "\n");
+                      " soft_served_stale=", c.soft_served_stale.load(kRelaxed),
+                      " unlink_failures=", c.unlink_failures.load(kRelaxed), "\n");
     }
     return out;
   }
@@ -190,18 +240,18 @@ std::string console_command(std::string_view line) {
     } else {
       return std::string(kConsoleUsage);
     }
-    if (soft) {
-      PurgeResult r = soft_purge(*p, target, time(nullptr));
-      p->count_purge(target, true, r);
-      return absl::StrCat(r.removed > 0 ? "marked stale " : "not found ", r.removed, " entries\n");
+    PurgeResult r = purge(
+        *p, target, [](const std::string& f) { return ::unlink(f.c_str()) == 0 ? 0 : -errno; }, time(nullptr), soft);
+    if (r.log_error != 0) {
+      return absl::StrCat("failed: write() \"", p->dir(), "/purge.0.log\" failed (", r.log_error, ": ",
+                          std::strerror(r.log_error), "); nothing purged\n");
     }
-    PurgeResult r = purge(*p, target, [](const std::string& f) {
-      return ::unlink(f.c_str()) == 0 ? 0 : -errno;
-    });
-    p->count_purge(target, false, r);
+    p->count_purge(target, soft, r);
+    if (soft) return absl::StrCat(r.removed > 0 ? "marked stale " : "not found ", r.removed, " entries\n");
     if (r.failed > 0) {
-      return absl::StrCat("failed: unlink() \"", r.failed_file, "\" failed (", r.error, ": ", std::strerror(r.error),
-                          "); purged ", r.removed, " entries, ", r.bytes, " bytes before it\n");
+      return absl::StrCat("purged ", r.removed, " entries, ", r.bytes, " bytes; unlink() \"", r.failed_file,
+                          "\" failed (", r.error, ": ", std::strerror(r.error),
+                          "): the purge log keeps those entries purged, the next start removes their files\n");
     }
     return absl::StrCat(r.removed > 0 ? "purged " : "not found ", r.removed, " entries, ", r.bytes, " bytes\n");
   }

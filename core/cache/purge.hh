@@ -1,20 +1,21 @@
-// Cache purge (the shapes of ngx_cache_purge / nginx plus): what a PurgeTarget selects (purge_key.hh: an exact
-// key with all its Vary variants, a key prefix from a trailing `*`, the whole zone, or the console's glob) is
-// removed from the disk first and from the keys zone second.
+// Cache purge (the shapes of ngx_cache_purge / nginx plus, and the CDNs' tag and soft purges): what a
+// PurgeTarget selects (purge_key.hh: an exact key with all its Vary variants, a key prefix from a trailing `*`,
+// the whole zone, the console's glob, or the entries carrying some tags, from the zone's TagIndex) leaves the
+// keys zone first and the disk afterwards — or, for a soft purge, is only marked stale (CacheZone::mark_stale).
 //
-// Design: a purge reports what happened to the files, and the keys zone never forgets an entry whose file is
-// still on disk. Each selected file is unlinked (through the caller: the loop's DiskQueue, or a plain unlink
-// on the serial console's thread); only when the unlink succeeded (or the file was already gone) is the entry
-// removed from the zone (CacheZone::forget, only if it is still the version that was selected). An unlink that
-// fails (EROFS, EIO, EACCES, a full disk queue) leaves its entry in the zone and on disk — still served, and
-// still there after a restart, which is what the purge's answer then says: 500 (503 for a disk queue overflow)
-// with an `unlink() "PATH" failed (30: Read-only file system)` line in the error log, instead of nginx's
-// ngx_cache_purge, which logs the failure, answers 200 and forgets the entry until the next start brings it
-// back. After the first failure no further file of that purge is tried (on a read-only or failing disk the
-// rest would fail alike: one log line, not thousands). File-less entries (Vary primaries, placeholders) go last,
-// and only when no file failed, so a variant kept on disk stays reachable through its primary.
-// While the files are being unlinked (one disk round trip) the selected entries are still served; a purge is
-// complete when it is answered. The keys zone is shared by every core, so that is then seen by all at once.
+// Design: a purge is complete when it is answered, for every core: the answer waits until every selected entry
+// has left the keys zone (which every core reads), and until the purge's record is in the purge log
+// (purge_log.hh), so that a file not yet unlinked when the process dies is not loaded again by the next start.
+// The files are unlinked after the answer, through the loop's DiskQueue, a few at a time. An unlink that fails
+// (EROFS, EIO, a full disk queue) is logged (`unlink() "PATH" failed (30: Read-only file system)`, once per
+// purge: after the first failure no further file of that purge is tried, as the rest would fail alike) and
+// counted; its entry is gone from the zone all the same, and the log keeps it gone after a restart, whose
+// loader unlinks the file. A purge whose record cannot be written changes nothing and answers 500.
+//
+// Selection is incremental (PurgeSelection::step): a budget of entries, buckets or key shards per call, so a
+// purge of a million entries out of ten never holds a loop for long — the loop serves other requests between
+// steps. A selected entry whose lock is held (a fill in flight) stays as a placeholder marked stale, so that
+// the fill's result is stored stale: it was fetched before the purge, or while it ran.
 #pragma once
 
 #include <cstddef>
@@ -36,48 +37,58 @@ bool purge_match(std::string_view pattern, std::string_view key);
 inline bool is_wildcard(std::string_view pattern) { return pattern.find('*') != std::string_view::npos; }
 
 struct PurgeResult {
-  size_t removed = 0;       // entries removed (files and Vary primaries)
-  uint64_t bytes = 0;       // bytes on disk released
-  size_t failed = 0;        // files that could not be unlinked (their entries stay)
+  size_t removed = 0;       // entries removed from the zone (files and Vary primaries), or marked stale
+  uint64_t bytes = 0;       // their bytes on disk
+  size_t failed = 0;        // files that could not be unlinked (their entries are gone all the same)
   int error = 0;            // the first failure's errno (positive); 0: none
   std::string failed_file;  // the first file that could not be unlinked
+  int log_error = 0;        // the purge log could not be written (errno): nothing was purged
 };
 
-/// One purge: the entries selected when it is made, then one unlink per file (see the header comment).
-class PurgeJob {
+/// The selection of one purge: removes (or, `soft`, marks stale at `now_s`) the entries `target` selects, a
+/// budget at a time; collects the files to unlink. No disk I/O.
+class PurgeSelection {
  public:
-  PurgeJob(CachePath& path, const PurgeTarget& target);
+  /// Work per step(): entries of a tag list, zone buckets, or key shards.
+  static constexpr size_t kStepEntries = 4096;
+  static constexpr size_t kStepBuckets = 512;
 
-  /// The next entry whose file is to be unlinked (its path: path_of(view.hash)); null when none is left or
-  /// after a failure. The pointer stays valid for the job's life.
-  const EntryView* next();
-  /// The unlink of `v`'s file returned `result` (0 or -errno; -ENOENT counts as removed).
-  void unlinked(const EntryView& v, int result);
-  /// After the last unlinked(): removes the file-less entries when every file was unlinked (none failed, none
-  /// left untried by a caller that stopped early). Idempotent.
-  void finish();
-
-  CachePath& path() { return path_; }
+  PurgeSelection(CachePath& path, const PurgeTarget& target, bool soft, int64_t now_s);
+  /// Does up to about `entries` entries' worth of work; true when the selection is complete.
+  bool step(size_t entries = kStepEntries);
+  bool done() const { return phase_ == Phase::kDone; }
   const PurgeResult& result() const { return result_; }
+  /// The files of the removed entries, to unlink once the purge is answered (empty for a soft purge).
+  std::vector<Hash128>& files() { return files_; }
 
  private:
+  enum class Phase : uint8_t { kExact, kVariants, kBuckets, kShards, kHashes, kDone };
+  void take(const EntryView& v);
+  void take_hash(const Hash128& h);
+
   CachePath& path_;
-  std::vector<EntryView> files_;     // entries with a file, in selection order
-  std::vector<EntryView> fileless_;  // Vary primaries and placeholders
-  size_t next_ = 0;
-  bool finished_ = false;
+  PurgeTarget target_;
+  bool soft_;
+  int64_t now_s_;
+  Phase phase_ = Phase::kDone;
+  size_t cursor_ = 0;            // the next bucket, key shard or hash
+  size_t shard_cost_ = 1;        // kShards: the keys of a shard, about
+  uint64_t variants_of_ = 0;     // kVariants: the primary's tag
+  std::vector<Hash128> hashes_;  // kHashes: the tagged entries
+  std::vector<Hash128> files_;
   PurgeResult result_;
 };
 
-/// The whole purge at once, with a synchronous `unlink_file(path)` returning 0 or -errno (the serial console's
-/// thread, tests): never call it on a loop with a blocking unlink.
-PurgeResult purge(CachePath& path, const PurgeTarget& target, const std::function<int(const std::string&)>& unlink_file);
+/// Whether the file of `h` is still to be unlinked after its purge: no newer complete entry replaced it (a fill
+/// committed after the purge renames its file over the same name).
+bool purge_unlink_due(CachePath& path, const Hash128& h);
 
-/// A soft purge (Fastly-Soft-Purge): every complete entry `target` selects is marked stale from `now_s` on
-/// (CacheZone::mark_stale) instead of removed — its file stays, and the next request serves it stale where
-/// proxy_cache_use_stale or its stale-while-revalidate window allow, else revalidates it. No disk I/O: callable
-/// on a loop. `removed` counts the entries marked, `bytes` their files.
-PurgeResult soft_purge(CachePath& path, const PurgeTarget& target, int64_t now_s);
+/// The whole purge at once (the serial console's thread, tests): the record in core 0's purge log (if the log is
+/// open), the selection, then `unlink_file(path)` per file (0 or -errno; -ENOENT counts as gone), stopping at
+/// the first failure. Blocking: never call it on a loop. A record that cannot be written fails the purge
+/// (`log_error`, nothing removed).
+PurgeResult purge(CachePath& path, const PurgeTarget& target, const std::function<int(const std::string&)>& unlink_file,
+                  int64_t now_s, bool soft = false);
 
 /// The console's target for KEY: `*` alone is the whole zone, a KEY with `*` a glob (purge_match), else exact.
 PurgeTarget console_target(std::string_view key);

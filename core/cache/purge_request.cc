@@ -1,6 +1,8 @@
 #include "core/cache/purge_request.hh"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
+#include <unistd.h>
 
 #include <array>
 #include <cerrno>
@@ -14,6 +16,7 @@
 #include "core/cache/cache_variables.hh"
 #include "core/http/variables.hh"
 #include "core/cache/purge.hh"
+#include "core/cache/purge_log.hh"
 #include "core/cache/tags.hh"
 
 namespace kosoku::cache {
@@ -44,137 +47,264 @@ bool from_allowed(const std::vector<PurgeConf::From>& list, std::string_view add
   return false;
 }
 
-// The purge of one request: PurgeJob's unlinks through the DiskQueue, then the answer (purge_request.hh).
-class PurgeState final : public http::ContentState, public disk::DiskCallback {
+class PurgeAnswer;
+
+// One purge on a loop (purge.hh): its record in this core's purge log, the selection a step per loop
+// iteration, the answer, then the unlinks, at most kWindow in flight. Owns itself: it completes whether or not
+// the request that started it is still there (the record is written, so the purge happens either way).
+class PurgeRun final : public reactor::Task, public disk::DiskCallback {
  public:
-  // Unlinks in flight at once. The first goes alone: on a read-only or failing disk it fails, and the purge
-  // stops there with one log line instead of a window's worth.
+  // Unlinks in flight at once. The first goes alone: on a read-only or failing disk it fails, and the unlinks
+  // stop there with one log line instead of a window's worth.
   static constexpr size_t kWindow = 8;
 
-  PurgeState(http::Exchange& ex, CachePath& path, const PurgeTarget& target, std::string key, disk::DiskQueue& q,
-             config::AioMode aio)
-      : ex_(ex), job_(path, target), key_(std::move(key)), q_(q), aio_(aio) {
-    target_kind_.kind = target.kind;
+  PurgeRun(CachePath& path, const PurgeTarget& target, bool soft, std::string shown, std::string client,
+           disk::DiskQueue& q, config::AioMode aio, reactor::Reactor& r)
+      : path_(path), target_(target), soft_(soft), shown_(std::move(shown)), client_(std::move(client)), q_(q),
+        aio_(aio), reactor_(r), selection_(path, target, soft, r.wall_time()) {
     for (Slot& s : slots_) s.op.callback = this;
   }
 
-  void start() { pump(); }
+  void start(PurgeAnswer* requester);
+  /// The request went away: nobody is told the outcome.
+  void detach() { requester_ = nullptr; }
 
-  void on_abort() override {
-    aborted_ = true;
-    if (answered_) {
-      ex_.release();
+  void run() override {  // one selection step
+    if (!selection_.step()) {
+      reactor_.post(this);
       return;
     }
-    maybe_done();
+    selected();
   }
-  void on_writable() override {}
 
   void on_disk_done(disk::DiskOp& op) override {
+    if (&op == &log_op_) {
+      log_step(op.result);
+      return;
+    }
     Slot& s = *static_cast<Slot*>(op.user_data);
     s.busy = false;
     --in_flight_;
-    completed(s, op.result);
+    unlinked(s, op.result);
     pump();
   }
 
  private:
   struct Slot {
     disk::DiskOp op;
-    const EntryView* victim = nullptr;
     bool busy = false;
   };
 
-  void completed(Slot& s, int result) {
-    if (result < 0 && result != -ENOENT) {
-      KOSOKU_LOG(kCrit, "unlink() \"%s\" failed (%d: %s) while purging \"%s\", client: %s", s.op.path, -result,
-                 std::strerror(-result), key_, ex_.remote_addr());
-      disk_error_ = true;
-    }
-    job_.unlinked(*s.victim, result);
+  // The record: open, append, close (no descriptor stays open), then the selection; a failure answers that
+  // nothing was purged.
+  void submit_log_op();
+  void log_step(int32_t result);
+  void refuse(const char* call, int32_t result);
+  void selected();
+  void answer(int status, std::string body);
+  void unlinked(Slot& s, int result);
+  void pump();
+  void maybe_finish() {
+    if (pumping_ || in_flight_ > 0 || (next_ < files_.size() && !stopped_)) return;
+    delete this;
   }
 
-  void pump() {
-    if (pumping_) return;  // an inline completion inside the loop below
-    pumping_ = true;
-    while (!aborted_ && in_flight_ < (job_.result().removed > 0 ? kWindow : 1)) {
-      Slot* s = free_slot();
-      const EntryView* v = s != nullptr ? job_.next() : nullptr;
-      if (v == nullptr) break;
-      s->victim = v;
-      s->op.kind = disk::DiskOp::Kind::kUnlink;
-      s->op.path = job_.path().path_of(v->hash);
-      s->op.user_data = s;
-      s->op.result = 0;
-      switch (q_.submit(s->op, aio_)) {
-        case disk::DiskQueue::Submit::kQueued:
-          s->busy = true;
-          ++in_flight_;
-          break;
-        case disk::DiskQueue::Submit::kDone:
-          completed(*s, s->op.result);
-          break;
-        case disk::DiskQueue::Submit::kOverflow:
-          // Nothing was tried on the disk; the queue logs its overflow, this line names the purge it stopped.
-          KOSOKU_LOG(kError, "purge of \"%s\" in cache \"%s\" stopped: disk queue \"%s\" overflow, client: %s", key_,
-                     job_.path().zone().name(), q_.name(), ex_.remote_addr());
-          job_.unlinked(*v, -EAGAIN);
-          break;
-      }
-    }
-    pumping_ = false;
-    maybe_done();
-  }
+  CachePath& path_;
+  PurgeTarget target_;
+  bool soft_;
+  std::string shown_;
+  std::string client_;
+  disk::DiskQueue& q_;
+  config::AioMode aio_;
+  reactor::Reactor& reactor_;
+  PurgeSelection selection_;
+  PurgeAnswer* requester_ = nullptr;
+  std::string record_;
+  disk::DiskOp log_op_;
+  int log_fd_ = -1;
+  std::vector<Hash128> files_;
+  size_t next_ = 0;
+  std::array<Slot, kWindow> slots_;
+  size_t in_flight_ = 0;
+  size_t unlinked_ = 0;
+  bool pumping_ = false;
+  bool stopped_ = false;  // an unlink failed: no further file is tried
+};
 
-  Slot* free_slot() {
-    for (Slot& s : slots_) {
-      if (!s.busy) return &s;
-    }
-    return nullptr;
+// The request's side of a purge: waits for its PurgeRun's answer.
+class PurgeAnswer final : public http::ContentState {
+ public:
+  explicit PurgeAnswer(http::Exchange& ex) : ex_(ex) {}
+  ~PurgeAnswer() override {
+    if (run_ != nullptr) run_->detach();
   }
-
-  // Done when nothing is in flight outside pump(): pump() stops submitting only when the job has no file left
-  // (or failed), or after an abort, so there is nothing more to wait for.
-  void maybe_done() {
-    if (answered_ || pumping_ || in_flight_ > 0) return;
-    answered_ = true;
-    job_.finish();
+  void attach(PurgeRun* run) { run_ = run; }
+  /// The outcome (called once, by the run).
+  void answered(int status, std::string body) {
+    run_ = nullptr;
     if (aborted_) {
       ex_.release();
       return;
     }
-    const PurgeResult& r = job_.result();
-    job_.path().count_purge(target_kind_, false, r);
-    if (r.failed > 0) {
-      const int status = disk_error_ ? 500 : 503;
-      ex_.respond(status,
-                  absl::StrCat("Purge failed\nKey: ", key_, "\nEntries: ", r.removed, "\nNot removed: ", r.failed,
-                               disk_error_ ? absl::StrCat(" (unlink() failed: ", r.error, ": ", std::strerror(r.error), ")")
-                                           : std::string(" (disk queue overflow)"),
-                               "\n"),
-                  "text/plain");
-      return;
+    if (body.empty()) {
+      ex_.respond(status);
+    } else {
+      ex_.respond(status, body, "text/plain");
     }
-    if (r.removed == 0) {
-      ex_.respond(404);
-      return;
-    }
-    ex_.respond(200, absl::StrCat("Successful purge\nKey: ", key_, "\nEntries: ", r.removed, "\n"), "text/plain");
   }
+  void on_abort() override {
+    aborted_ = true;
+    if (run_ != nullptr) {
+      run_->detach();
+      run_ = nullptr;
+    }
+    ex_.release();
+  }
+  void on_writable() override {}
 
+ private:
   http::Exchange& ex_;
-  PurgeJob job_;
-  PurgeTarget target_kind_;  // the kind of the target, for the counters
-  std::string key_;
-  disk::DiskQueue& q_;
-  config::AioMode aio_;
-  std::array<Slot, kWindow> slots_;
-  size_t in_flight_ = 0;
-  bool pumping_ = false;
+  PurgeRun* run_ = nullptr;
   bool aborted_ = false;
-  bool answered_ = false;
-  bool disk_error_ = false;
 };
+
+void PurgeRun::start(PurgeAnswer* requester) {
+  requester_ = requester;
+  requester->attach(this);
+  const std::string& log = path_.purge_log().file(reactor_.core_id());
+  if (log.empty()) {
+    run();
+    return;
+  }
+  record_ = encode_purge_record(PurgeRecord{reactor_.wall_time(), soft_, target_});
+  log_op_.kind = disk::DiskOp::Kind::kOpen;
+  log_op_.path = log;
+  log_op_.flags = O_WRONLY | O_CREAT | O_APPEND;
+  log_op_.callback = this;
+  submit_log_op();
+}
+
+void PurgeRun::submit_log_op() {
+  switch (q_.submit(log_op_, aio_)) {
+    case disk::DiskQueue::Submit::kQueued:
+      return;
+    case disk::DiskQueue::Submit::kDone:
+      log_step(log_op_.result);
+      return;
+    case disk::DiskQueue::Submit::kOverflow:
+      if (log_fd_ >= 0) ::close(log_fd_);
+      KOSOKU_LOG(kError, "purge of \"%s\" in cache \"%s\" refused: disk queue \"%s\" overflow, client: %s", shown_,
+                 path_.zone().name(), q_.name(), client_);
+      answer(503, "");
+      delete this;
+      return;
+  }
+}
+
+void PurgeRun::log_step(int32_t result) {
+  if (log_op_.kind == disk::DiskOp::Kind::kOpen) {
+    if (result < 0) {
+      refuse("open", result);
+      return;
+    }
+    log_fd_ = result;
+    log_op_.kind = disk::DiskOp::Kind::kWrite;
+    log_op_.fd = log_fd_;
+    log_op_.buf = record_.data();
+    log_op_.len = static_cast<uint32_t>(record_.size());
+    log_op_.offset = 0;  // O_APPEND: at the end
+    submit_log_op();
+    return;
+  }
+  ::close(log_fd_);
+  log_fd_ = -1;
+  if (result >= 0 && static_cast<size_t>(result) != record_.size()) result = -EIO;  // a short append
+  if (result < 0) {
+    refuse("write", result);
+    return;
+  }
+  run();  // the selection
+}
+
+void PurgeRun::refuse(const char* call, int32_t result) {
+  KOSOKU_LOG(kCrit, "%s() \"%s\" failed (%d: %s): purge of \"%s\" refused, client: %s", call, log_op_.path,
+             -result, std::strerror(-result), shown_, client_);
+  answer(500, absl::StrCat("Purge failed\nKey: ", shown_, "\nEntries: 0 (the purge log could not be written: ",
+                           -result, ": ", std::strerror(-result), ")\n"));
+  delete this;
+}
+
+void PurgeRun::selected() {
+  const PurgeResult& r = selection_.result();
+  path_.count_purge(target_, soft_, r);
+  if (r.removed == 0) {
+    answer(404, "");
+  } else {
+    answer(200, absl::StrCat(soft_ ? "Successful soft purge" : "Successful purge", "\nKey: ", shown_,
+                             "\nEntries: ", r.removed, "\n"));
+  }
+  files_ = std::move(selection_.files());
+  pump();
+}
+
+void PurgeRun::answer(int status, std::string body) {
+  if (PurgeAnswer* a = requester_) {
+    requester_ = nullptr;
+    a->answered(status, std::move(body));
+  }
+}
+
+void PurgeRun::unlinked(Slot& s, int result) {
+  if (result < 0 && result != -ENOENT) {
+    if (!stopped_) {
+      KOSOKU_LOG(kCrit,
+                 "unlink() \"%s\" failed (%d: %s) while purging \"%s\", client: %s; the purge log keeps it purged",
+                 s.op.path, -result, std::strerror(-result), shown_, client_);
+    }
+    stopped_ = true;
+    path_.purge_counters().unlink_failures.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  ++unlinked_;
+}
+
+void PurgeRun::pump() {
+  if (pumping_) return;  // an inline completion inside the loop below
+  pumping_ = true;
+  while (!stopped_ && next_ < files_.size() && in_flight_ < (unlinked_ > 0 ? kWindow : 1)) {
+    const Hash128 h = files_[next_++];
+    if (!purge_unlink_due(path_, h)) continue;  // a newer entry's file replaced it already
+    Slot* s = nullptr;
+    for (Slot& c : slots_) {
+      if (!c.busy) {
+        s = &c;
+        break;
+      }
+    }
+    s->op.kind = disk::DiskOp::Kind::kUnlink;
+    s->op.path = path_.path_of(h);
+    s->op.user_data = s;
+    s->op.result = 0;
+    switch (q_.submit(s->op, aio_)) {
+      case disk::DiskQueue::Submit::kQueued:
+        s->busy = true;
+        ++in_flight_;
+        break;
+      case disk::DiskQueue::Submit::kDone:
+        unlinked(*s, s->op.result);
+        break;
+      case disk::DiskQueue::Submit::kOverflow:
+        // The queue logs its overflow; the files left are the next start's (the purge log covers them).
+        KOSOKU_LOG(kError, "unlinks of the purge of \"%s\" in cache \"%s\" stopped: disk queue \"%s\" overflow",
+                   shown_, path_.zone().name(), q_.name());
+        stopped_ = true;
+        path_.purge_counters().unlink_failures.fetch_add(1, std::memory_order_relaxed);
+        break;
+    }
+  }
+  pumping_ = false;
+  maybe_finish();
+}
 
 // The request's purge options: `Surrogate-Key: a b` (a tag purge; several fields add up) and
 // `Fastly-Soft-Purge: 1` (mark stale instead of remove).
@@ -243,21 +373,12 @@ void start_purge(CacheModule& m, http::Exchange& ex, CachePath& path, const conf
     return;
   }
   ++m.counters().purges;
-  if (opt.soft) {
-    // Nothing to wait for: the entries are marked in the keys zone, which every core reads.
-    const PurgeResult r = soft_purge(path, pk.target, m.reactor().wall_time());
-    path.count_purge(pk.target, true, r);
-    if (r.removed == 0) {
-      ex.respond(404);
-      return;
-    }
-    ex.respond(200, absl::StrCat("Successful soft purge\nKey: ", shown, "\nEntries: ", r.removed, "\n"), "text/plain");
-    return;
-  }
-  auto st = std::make_unique<PurgeState>(ex, path, pk.target, shown, m.queue_for(path, ex), ex.location().aio);
-  PurgeState* p = st.get();
-  ex.state() = std::move(st);
-  p->start();
+  auto answer = std::make_unique<PurgeAnswer>(ex);
+  PurgeAnswer* a = answer.get();
+  ex.state() = std::move(answer);
+  auto* run = new PurgeRun(path, pk.target, opt.soft, shown, std::string(ex.remote_addr()), m.queue_for(path, ex),
+                           ex.location().aio, m.reactor());
+  run->start(a);
 }
 
 }  // namespace kosoku::cache

@@ -163,10 +163,10 @@ TEST_F(MaintenanceTest, PurgeExactWildcardVariantsAndAll) {
       unlinked.push_back(f);
       return ::unlink(f.c_str()) == 0 ? 0 : -errno;
     };
-    exact = purge(path, console_target("http:a/page.html"), rm);
-    variants = purge(path, console_target("http:a/c23"), rm);
-    miss = purge(path, console_target("http:a/page.html"), rm);
-    wild = purge(path, console_target("http:a/img/*"), rm);
+    exact = purge(path, console_target("http:a/page.html"), rm, kNow);
+    variants = purge(path, console_target("http:a/c23"), rm, kNow);
+    miss = purge(path, console_target("http:a/page.html"), rm, kNow);
+    wild = purge(path, console_target("http:a/img/*"), rm, kNow);
   });
   ASSERT_TRUE(script.run());
   ASSERT_EQ(stored_, 5);
@@ -186,14 +186,15 @@ TEST_F(MaintenanceTest, PurgeExactWildcardVariantsAndAll) {
   std::optional<EntryView> ev;
   path.zone().commit(hash_key("x"), CacheZone::Commit{kNow + 5, 10, 0, 0}, kNow, &ev);
   path.zone().commit(hash_key("y"), CacheZone::Commit{kNow + 5, 10, 0, 0}, kNow, &ev);
-  all = purge(path, console_target("*"), [](const std::string&) { return -ENOENT; });
+  all = purge(path, console_target("*"), [](const std::string&) { return -ENOENT; }, kNow);
   EXPECT_EQ(all.removed, 2u);
   EXPECT_EQ(path.zone().entries(), 0u);
 }
 
-// A file that cannot be unlinked keeps its entry: the zone never claims gone what is still on disk (a restart's
-// loader would bring it back), the result names the failure, and the purge stops at the first failure.
-TEST_F(MaintenanceTest, PurgeKeepsEntriesWhoseFileCannotBeUnlinked) {
+// A purge forgets every selected entry before it answers, whether or not its file can be unlinked afterwards (the
+// purge log keeps it purged across a restart, purge_log_test.cc); the unlinks stop at the first failure, which
+// the result names.
+TEST_F(MaintenanceTest, PurgeForgetsEntriesAndStopsUnlinkingAtTheFirstFailure) {
   CachePath path(pconf_, dir_.path(), kNow);
   LoopScript script(reactor_);
   for (int i = 0; i < 4; ++i) store(script, path, "http:a/img/" + std::to_string(i), "body");
@@ -204,50 +205,58 @@ TEST_F(MaintenanceTest, PurgeKeepsEntriesWhoseFileCannotBeUnlinked) {
       tried.push_back(f);
       if (tried.size() == 2) return -EROFS;
       return ::unlink(f.c_str()) == 0 ? 0 : -errno;
-    });
+    }, kNow);
   });
   ASSERT_TRUE(script.run());
   ASSERT_EQ(stored_, 4);
   EXPECT_EQ(tried.size(), 2u);  // stopped at the failure
-  EXPECT_EQ(r.removed, 1u);
+  EXPECT_EQ(r.removed, 4u);
   EXPECT_EQ(r.failed, 1u);
   EXPECT_EQ(r.error, EROFS);
   EXPECT_EQ(r.failed_file, tried[1]);
-  EXPECT_EQ(path.zone().entries(), 3u);
-  size_t files = 0, indexed_with_file = 0;
-  for (int i = 0; i < 4; ++i) {
-    const Hash128 h = hash_key("http:a/img/" + std::to_string(i));
-    const bool on_disk = std::filesystem::exists(path.path_of(h));
-    const std::optional<EntryView> v = path.zone().peek(h);
-    files += on_disk;
-    indexed_with_file += v && v->exists() && on_disk;
-    EXPECT_EQ(on_disk, v.has_value()) << i;  // in the zone exactly when on disk
-  }
-  EXPECT_EQ(files, 3u);
-  EXPECT_EQ(indexed_with_file, 3u);
+  EXPECT_EQ(path.zone().entries(), 0u);
+  EXPECT_EQ(path.zone().keys().size(), 0u);
+  size_t files = 0;
+  for (int i = 0; i < 4; ++i) files += std::filesystem::exists(path.path_of(hash_key("http:a/img/" + std::to_string(i))));
+  EXPECT_EQ(files, 3u);  // the failed one and the two never tried
 }
 
-// A variant whose file stays keeps its primary, so it is still found (and still gone or present consistently).
-TEST_F(MaintenanceTest, PurgeKeepsPrimaryWhenAVariantStays) {
+// A purge of a key removes its primary and every variant from the zone, even when a variant's file stays.
+TEST_F(MaintenanceTest, PurgeRemovesThePrimaryEvenWhenAVariantFileStays) {
   CachePath path(pconf_, dir_.path(), kNow);
   LoopScript script(reactor_);
   store(script, path, "http:a/v", "en", "accept-language:en\n");
   store(script, path, "http:a/v", "fr", "accept-language:fr\n");
-  PurgeResult failed, ok;
-  script.then([&] {
-    failed = purge(path, console_target("http:a/v"), [](const std::string&) { return -EIO; });
-    EXPECT_TRUE(path.zone().peek(hash_key("http:a/v")).has_value());  // the primary stays
-    EXPECT_EQ(path.zone().entries(), 3u);
-    ok = purge(path, console_target("http:a/v"), [](const std::string& f) {
-      return ::unlink(f.c_str()) == 0 ? 0 : -errno;
-    });
-  });
+  PurgeResult failed;
+  script.then([&] { failed = purge(path, console_target("http:a/v"), [](const std::string&) { return -EIO; }, kNow); });
   ASSERT_TRUE(script.run());
-  EXPECT_EQ(failed.removed, 0u);
+  EXPECT_EQ(failed.removed, 3u);
   EXPECT_EQ(failed.failed, 1u);
-  EXPECT_EQ(ok.removed, 3u);
-  EXPECT_EQ(ok.failed, 0u);
   EXPECT_EQ(path.zone().entries(), 0u);
+}
+
+// A fill in flight when its entry is purged is stored stale: what it fetched may predate the purge.
+TEST_F(MaintenanceTest, AFillThatStraddlesAPurgeIsStoredStale) {
+  CachePath path(pconf_, dir_.path(), kNow);
+  CacheZone& z = path.zone();
+  const Hash128 h = hash_key("http:a/filling");
+  ASSERT_EQ(z.try_lock(h, 1000, 5000, kNow, nullptr), CacheZone::LockResult::kAcquired);
+  PurgeResult r = purge(path, console_target("http:a/filling"), [](const std::string&) { return -ENOENT; }, kNow);
+  EXPECT_EQ(r.removed, 0u);  // a placeholder is not a cached response
+  z.commit(h, CacheZone::Commit{kNow + 60, 100, 0, 0}, kNow + 1, nullptr);
+  std::optional<EntryView> v = z.peek(h);
+  ASSERT_TRUE(v && v->exists());
+  EXPECT_TRUE(v->flags & kEntryStale);
+  EXPECT_LE(v->expires_at, kNow + 1);
+  // A lock released without a file ends the mark: the next fill is fresh.
+  const Hash128 g = hash_key("http:a/aborted");
+  ASSERT_EQ(z.try_lock(g, 1000, 5000, kNow, nullptr), CacheZone::LockResult::kAcquired);
+  purge(path, console_target("http:a/aborted"), [](const std::string&) { return -ENOENT; }, kNow);
+  z.unlock(g);
+  ASSERT_EQ(z.try_lock(g, 2000, 5000, kNow, nullptr), CacheZone::LockResult::kAcquired);
+  z.commit(g, CacheZone::Commit{kNow + 60, 100, 0, 0}, kNow + 2, nullptr);
+  EXPECT_FALSE(z.peek(g)->flags & kEntryStale);
+  EXPECT_EQ(z.peek(g)->expires_at, kNow + 60);
 }
 
 // forget(): only the version that was selected goes, and a fill's lock (and its waiters) survive a purge.

@@ -99,6 +99,23 @@ TEST(CacheFormatTest, EncodeDecodeRoundTrip) {
   EXPECT_EQ(decode_header(bad, &d, &needed), DecodeStatus::kCorrupt);
 }
 
+TEST(CacheFormatTest, TagsRoundTripAfterTheHead) {
+  EntryMeta m = sample_meta("http:example.com/t");
+  m.tags = "article-42 section-news";
+  std::string bytes = encode_header(m);
+  EXPECT_EQ(bytes.size(), kFixedHeader + m.key.size() + m.etag.size() + m.head.size() + m.tags.size());
+  EXPECT_EQ(bytes.substr(bytes.size() - m.tags.size()), m.tags);
+  EntryMeta d;
+  size_t needed = 0;
+  ASSERT_EQ(decode_header(bytes, &d, &needed), DecodeStatus::kOk);
+  EXPECT_EQ(d.tags, m.tags);
+  EXPECT_EQ(d.head, m.head);
+  // A file written before tags were stored (tags_len 0) reads with no tags.
+  m.tags.clear();
+  ASSERT_EQ(decode_header(encode_header(m), &d, &needed), DecodeStatus::kOk);
+  EXPECT_EQ(d.tags, "");
+}
+
 class CacheStoreTest : public ::testing::Test {
  protected:
   void SetUp() override {
