@@ -104,6 +104,7 @@ std::string encode_purge_record(const PurgeRecord& r) {
 }
 
 std::optional<PurgeRecord> decode_purge_record(std::string_view line) {
+  while (!line.empty() && (line.back() == '\n' || line.back() == '\r')) line.remove_suffix(1);
   std::vector<std::string_view> w = absl::StrSplit(line, ' ', absl::SkipEmpty());
   if (w.size() < 6 || w[0] != "P1") return std::nullopt;
   PurgeRecord r;

@@ -39,7 +39,7 @@ struct PurgeRecord {
 
 /// One log line (with its '\n').
 std::string encode_purge_record(const PurgeRecord& r);
-/// The record of one line (without its '\n'); nullopt when it does not parse.
+/// The record of one line (a trailing '\n' is ignored); nullopt when it does not parse.
 std::optional<PurgeRecord> decode_purge_record(std::string_view line);
 
 /// Whether `r` covers the file whose header is `m` (header comment).

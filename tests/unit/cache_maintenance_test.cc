@@ -5,6 +5,7 @@
 
 #include <cerrno>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -14,6 +15,7 @@
 #include "core/cache/cache_store.hh"
 #include "core/cache/cache_variables.hh"
 #include "core/cache/purge.hh"
+#include "core/cache/purge_log.hh"
 #include "core/cache/split_clients.hh"
 #include "core/http/variables.hh"
 #include "gtest/gtest.h"
@@ -384,12 +386,28 @@ TEST_F(MaintenanceTest, ConsoleCommand) {
   std::optional<EntryView> ev;
   path.zone().commit(hash_key("http:a/x"), CacheZone::Commit{kNow + 60, 100, 0, 0}, kNow, &ev);
   path.zone().keys().put(hash_key("http:a/x"), "http:a/x");
+  path.zone().tags().put(hash_key("http:a/x"), "t1 t2");
   EXPECT_EQ(console_command("cache stats"),
-            "z " + dir_.path() + "/console entries=1 bytes=100 max_size=0 loaded=no\n");
+            "z " + dir_.path() + "/console entries=1 bytes=100 max_size=0 loaded=no tags=2 tagged=2\n"
+            "  purges: exact=0 prefix=0 all=0 tag=0 soft=0 removed=0 removed_bytes=0 soft_marked=0 "
+            "soft_served_stale=0 unlink_failures=0\n");
+  EXPECT_EQ(console_command("cache soft-purge z tag t2"), "marked stale 1 entries\n");
+  EXPECT_TRUE(path.zone().peek(hash_key("http:a/x"))->flags & kEntryStale);
+  EXPECT_EQ(console_command("cache purge z tag nope"), "not found 0 entries, 0 bytes\n");
   EXPECT_EQ(console_command("cache purge z http:a/*"), "purged 1 entries, 100 bytes\n");
   EXPECT_EQ(console_command("cache purge z http:a/x"), "not found 0 entries, 0 bytes\n");
   EXPECT_EQ(console_command("cache purge nope x"), "unknown cache zone \"nope\"\n");
-  EXPECT_EQ(console_command("cache"), "usage: cache stats | cache purge ZONE KEY|PATTERN*|*\n");
+  EXPECT_NE(console_command("cache").find("usage: cache stats | cache purge ZONE KEY|PATTERN*|*|tag TAG..."),
+            std::string::npos);
+  EXPECT_NE(console_command("cache stats").find("exact=1 prefix=1 all=0 tag=2 soft=1 removed=1 removed_bytes=100 "
+                                                "soft_marked=1"),
+            std::string::npos);
+  // The console's purges are in the purge log (core 0's) like the loops'.
+  std::ifstream log(dir_.path() + "/console/purge.0.log");
+  std::string line;
+  size_t records = 0;
+  while (std::getline(log, line)) records += decode_purge_record(line).has_value();
+  EXPECT_EQ(records, 4u);
   EXPECT_TRUE(std::filesystem::is_directory(dir_.path() + "/console/temp"));  // created at start
   set_registry(nullptr);
 }
