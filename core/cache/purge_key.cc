@@ -146,6 +146,33 @@ PurgeKey build_tag_scope(const Template& t, const config::VariableSource& vars, 
   return out;
 }
 
+std::vector<std::string> host_prefixes(const Template& t, const config::VariableSource& vars, std::string_view host,
+                                       std::string* refusal) {
+  const Shape sh = shape_of(t);
+  if (sh.host == kNone) {
+    *refusal = "the cache key has no host variable ($host, $http_host, $server_name, $proxy_host) to purge by";
+    return {};
+  }
+  std::vector<std::string> out(1);
+  for (size_t i = 0; i < sh.host; ++i) {
+    const TemplateSegment& s = t.segments[i];
+    if (s.is_variable && s.var->name == "scheme") {
+      std::vector<std::string> both;
+      for (const std::string& p : out) {
+        both.push_back(p + "http");
+        both.push_back(p + "https");
+      }
+      out = std::move(both);
+      continue;
+    }
+    std::string piece;
+    config::expand_segment(t, i, vars, piece);
+    for (std::string& p : out) p += piece;
+  }
+  for (std::string& p : out) p += host;
+  return out;
+}
+
 std::string check_purge_template(const Template& t) {
   const Shape sh = shape_of(t);
   if (!sh.client) return {};

@@ -90,6 +90,13 @@ PurgeKey build_purge_key(const config::Template& t, const config::VariableSource
 /// it is refused unless `any_host` is given.
 PurgeKey build_tag_scope(const config::Template& t, const config::VariableSource& vars, const PurgeKeyRules& rules);
 
+/// The key prefixes of every entry of virtual host `host` under template `t` (a host purge): `t` expanded with
+/// `vars` up to its host segment, with `host` in its place and both "http" and "https" for a $scheme before it;
+/// each prefix ends where the host ends (PurgeTarget::host_end). Empty, with *refusal set, when `t` has no host
+/// segment to replace.
+std::vector<std::string> host_prefixes(const config::Template& t, const config::VariableSource& vars,
+                                       std::string_view host, std::string* refusal);
+
 /// The configuration-time check (header comment): "" when purges through `t` can be bounded to the request's
 /// host, else the reason (a sentence for the `file:line:col: message`).
 std::string check_purge_template(const config::Template& t);

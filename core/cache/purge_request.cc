@@ -7,15 +7,18 @@
 #include <array>
 #include <cerrno>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <optional>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "core/base/log.hh"
 #include "core/cache/cache_variables.hh"
 #include "core/http/variables.hh"
 #include "core/cache/purge.hh"
+#include "core/cache/purge_doc.hh"
 #include "core/cache/purge_log.hh"
 #include "core/cache/tags.hh"
 
@@ -58,10 +61,11 @@ class PurgeRun final : public reactor::Task, public disk::DiskCallback {
   // stop there with one log line instead of a window's worth.
   static constexpr size_t kWindow = 8;
 
-  PurgeRun(CachePath& path, const PurgeTarget& target, bool soft, std::string shown, std::string client,
+  /// `targets`: one, or several from a JSON body (each selected in turn; the answer counts them all).
+  PurgeRun(CachePath& path, std::vector<PurgeTarget> targets, bool soft, std::string shown, std::string client,
            disk::DiskQueue& q, config::AioMode aio, reactor::Reactor& r)
-      : path_(path), target_(target), soft_(soft), shown_(std::move(shown)), client_(std::move(client)), q_(q),
-        aio_(aio), reactor_(r), selection_(path, target, soft, r.wall_time()) {
+      : path_(path), targets_(std::move(targets)), soft_(soft), shown_(std::move(shown)), client_(std::move(client)),
+        q_(q), aio_(aio), reactor_(r) {
     for (Slot& s : slots_) s.op.callback = this;
   }
 
@@ -70,7 +74,19 @@ class PurgeRun final : public reactor::Task, public disk::DiskCallback {
   void detach() { requester_ = nullptr; }
 
   void run() override {  // one selection step
-    if (!selection_.step()) {
+    if (!selection_) selection_.emplace(path_, targets_[current_], soft_, reactor_.wall_time());
+    if (!selection_->step()) {
+      reactor_.post(this);
+      return;
+    }
+    const PurgeResult& r = selection_->result();
+    path_.count_purge(targets_[current_], soft_, r);
+    result_.removed += r.removed;
+    result_.bytes += r.bytes;
+    std::vector<Hash128>& f = selection_->files();
+    files_.insert(files_.end(), f.begin(), f.end());
+    selection_.reset();
+    if (++current_ < targets_.size()) {
       reactor_.post(this);
       return;
     }
@@ -110,14 +126,16 @@ class PurgeRun final : public reactor::Task, public disk::DiskCallback {
   }
 
   CachePath& path_;
-  PurgeTarget target_;
+  std::vector<PurgeTarget> targets_;
+  size_t current_ = 0;  // the target being selected
   bool soft_;
   std::string shown_;
   std::string client_;
   disk::DiskQueue& q_;
   config::AioMode aio_;
   reactor::Reactor& reactor_;
-  PurgeSelection selection_;
+  std::optional<PurgeSelection> selection_;
+  PurgeResult result_;  // every target's
   PurgeAnswer* requester_ = nullptr;
   std::string record_;
   disk::DiskOp log_op_;
@@ -131,15 +149,21 @@ class PurgeRun final : public reactor::Task, public disk::DiskCallback {
   bool stopped_ = false;  // an unlink failed: no further file is tried
 };
 
-// The request's side of a purge: waits for its PurgeRun's answer.
-class PurgeAnswer final : public http::ContentState {
+// The request's side of a purge: reads a JSON body when there is one (purge_doc.hh), then waits for its
+// PurgeRun's answer.
+class PurgeAnswer final : public http::ContentState, public http::BodySink {
  public:
   explicit PurgeAnswer(http::Exchange& ex) : ex_(ex) {}
   ~PurgeAnswer() override {
     if (run_ != nullptr) run_->detach();
   }
   void attach(PurgeRun* run) { run_ = run; }
-  /// The outcome (called once, by the run).
+  /// Reads the request body (at most kMaxPurgeBody bytes), then calls `then(body)`.
+  void read_body(std::function<void(PurgeAnswer&, std::string_view)> then) {
+    then_ = std::move(then);
+    ex_.read_body(this);
+  }
+  /// The outcome (called once, by the run, or by the body's reader).
   void answered(int status, std::string body) {
     run_ = nullptr;
     if (aborted_) {
@@ -162,9 +186,31 @@ class PurgeAnswer final : public http::ContentState {
   }
   void on_writable() override {}
 
+  void on_body_data(std::string_view data) override {
+    if (too_large_ || body_.size() + data.size() > kMaxPurgeBody) {
+      too_large_ = true;
+      body_.clear();
+      return;
+    }
+    body_.append(data);
+  }
+  void on_body_end() override {
+    if (too_large_) {
+      answered(413, absl::StrCat("Purge failed\nthe body is larger than ", kMaxPurgeBody, " bytes\n"));
+      return;
+    }
+    then_(*this, body_);
+  }
+  void on_body_error(int status) override {
+    if (status != 0) answered(status, "");
+  }
+
  private:
   http::Exchange& ex_;
   PurgeRun* run_ = nullptr;
+  std::function<void(PurgeAnswer&, std::string_view)> then_;
+  std::string body_;
+  bool too_large_ = false;
   bool aborted_ = false;
 };
 
@@ -176,7 +222,7 @@ void PurgeRun::start(PurgeAnswer* requester) {
     run();
     return;
   }
-  record_ = encode_purge_record(PurgeRecord{reactor_.wall_time(), soft_, target_});
+  for (const PurgeTarget& t : targets_) record_ += encode_purge_record(PurgeRecord{reactor_.wall_time(), soft_, t});
   log_op_.kind = disk::DiskOp::Kind::kOpen;
   log_op_.path = log;
   log_op_.flags = O_WRONLY | O_CREAT | O_APPEND;
@@ -235,15 +281,12 @@ void PurgeRun::refuse(const char* call, int32_t result) {
 }
 
 void PurgeRun::selected() {
-  const PurgeResult& r = selection_.result();
-  path_.count_purge(target_, soft_, r);
-  if (r.removed == 0) {
+  if (result_.removed == 0) {
     answer(404, "");
   } else {
     answer(200, absl::StrCat(soft_ ? "Successful soft purge" : "Successful purge", "\nKey: ", shown_,
-                             "\nEntries: ", r.removed, "\n"));
+                             "\nEntries: ", result_.removed, "\n"));
   }
-  files_ = std::move(selection_.files());
   pump();
 }
 
@@ -306,12 +349,13 @@ void PurgeRun::pump() {
   maybe_finish();
 }
 
-// The request's purge options: `Surrogate-Key: a b` (a tag purge; several fields add up) and
-// `Fastly-Soft-Purge: 1` (mark stale instead of remove).
+// The request's purge options: `Surrogate-Key: a b` (a tag purge; several fields add up),
+// `Fastly-Soft-Purge: 1` (mark stale instead of remove), and a JSON body (Content-Type: application/json).
 struct PurgeOptions {
   std::string tags;  // the Surrogate-Key values, joined by spaces
   bool have_tags = false;
   bool soft = false;
+  bool json = false;
 };
 
 PurgeOptions purge_options(const http::Request& req) {
@@ -325,7 +369,42 @@ PurgeOptions purge_options(const http::Request& req) {
       o.soft = f.value == "1";
     }
   }
+  if (const http::HeaderField* ct = req.find(http::HeaderToken::kContentType)) {
+    o.json = absl::StartsWithIgnoreCase(ct->value, "application/json") && req.body != http::BodyFraming::kNone;
+  }
   return o;
+}
+
+void launch(CacheModule& m, http::Exchange& ex, PurgeAnswer& answer, CachePath& path, std::vector<PurgeTarget> targets,
+            bool soft, std::string shown) {
+  ++m.counters().purges;
+  auto* run = new PurgeRun(path, std::move(targets), soft, std::move(shown), std::string(ex.remote_addr()),
+                           m.queue_for(path, ex), ex.location().aio, m.reactor());
+  run->start(&answer);
+}
+
+// A JSON body's purge (purge_doc.hh), once the body has arrived.
+void json_purge(CacheModule& m, http::Exchange& ex, PurgeAnswer& answer, CachePath& path,
+                const config::Template& key_template, const PurgeKeyRules& rules, std::string_view body) {
+  PurgeDoc doc;
+  std::string error;
+  if (!parse_purge_doc(body, &doc, &error)) {
+    KOSOKU_LOG(kError, "purge refused: the JSON body has %s, client: %s", base::log_escaped(error), ex.remote_addr());
+    answer.answered(400, absl::StrCat("Purge failed\n", error, "\n"));
+    return;
+  }
+  http::RequestVariables vars(ex, ex.core().reactor);
+  std::string host = absl::AsciiStrToLower(ex.request().host_name);
+  DocTargets dt = doc_targets(doc, key_template, vars, rules, host);
+  if (dt.status != 0) {
+    KOSOKU_LOG(kError, "purge refused: %s, client: %s, host: \"%s\"", base::log_escaped(dt.refusal), ex.remote_addr(),
+               ex.host());
+    answer.answered(dt.status, absl::StrCat("Purge failed\n", dt.refusal, "\n"));
+    return;
+  }
+  std::string shown = absl::StrCat("json: ", doc.tags.size(), " tags, ", doc.hosts.size(), " hosts, ",
+                                   doc.prefixes.size(), " prefixes");
+  launch(m, ex, answer, path, std::move(dt.targets), doc.soft, std::move(shown));
 }
 
 }  // namespace
@@ -333,9 +412,31 @@ PurgeOptions purge_options(const http::Request& req) {
 void start_purge(CacheModule& m, http::Exchange& ex, CachePath& path, const config::Template& key_template) {
   const PurgeConf& pc = ex.location().module<cache::CacheLocConf>().purge;
   const bool method_form = pc.mode == PurgeConf::Mode::kMethod;
-  http::RequestVariables vars(ex, ex.core().reactor);
   const PurgeKeyRules rules{method_form, pc.wildcard, pc.any_host};
   const PurgeOptions opt = purge_options(ex.request());
+  if (method_form && !from_allowed(pc.from, ex.remote_addr())) {
+    KOSOKU_LOG(kError, "purge forbidden by \"proxy_cache_purge ... from\", client: %s, request: \"%s\"",
+               ex.remote_addr(), base::log_escaped(ex.request().target));
+    ex.respond(403);
+    return;
+  }
+  if (!path.loaded()) {
+    KOSOKU_LOG(kWarn, "purge refused: cache \"%s\" is still loading, client: %s", path.zone().name(),
+               ex.remote_addr());
+    ex.head().extra.append("Retry-After: 1\r\n");
+    ex.respond(503);
+    return;
+  }
+  auto owned = std::make_unique<PurgeAnswer>(ex);
+  PurgeAnswer& answer = *owned;
+  ex.state() = std::move(owned);
+  if (opt.json) {
+    answer.read_body([&m, &ex, &path, &key_template, rules](PurgeAnswer& a, std::string_view body) {
+      json_purge(m, ex, a, path, key_template, rules, body);
+    });
+    return;
+  }
+  http::RequestVariables vars(ex, ex.core().reactor);
   PurgeKey pk;
   std::string shown;
   if (opt.have_tags) {
@@ -343,7 +444,7 @@ void start_purge(CacheModule& m, http::Exchange& ex, CachePath& path, const conf
     std::string error;
     if (!parse_purge_tags(opt.tags, pk.target.tags, error)) {
       KOSOKU_LOG(kError, "purge refused: \"Surrogate-Key\" has %s, client: %s", error, ex.remote_addr());
-      ex.respond(400);
+      answer.answered(400, "");
       return;
     }
     shown = absl::StrCat("tags: ", opt.tags.size() > 256 ? absl::StrCat(opt.tags.substr(0, 256), "...") : opt.tags);
@@ -353,32 +454,15 @@ void start_purge(CacheModule& m, http::Exchange& ex, CachePath& path, const conf
     pk = build_purge_key(key_template, vars, rules);
     shown = pk.target.kind == PurgeTarget::Kind::kExact ? pk.target.key : absl::StrCat(pk.target.key, "*");
   }
-  if (method_form && !from_allowed(pc.from, ex.remote_addr())) {
-    KOSOKU_LOG(kError, "purge forbidden by \"proxy_cache_purge ... from\", client: %s, key: \"%s\"", ex.remote_addr(),
-               shown);
-    ex.respond(403);
-    return;
-  }
   if (!pk.refusal.empty()) {
     KOSOKU_LOG(kError, "purge of \"%s\" refused: %s, client: %s, host: \"%s\"", shown, pk.refusal, ex.remote_addr(),
                ex.host());
-    ex.respond(403);
+    answer.answered(403, "");
     return;
   }
-  if (!path.loaded()) {
-    KOSOKU_LOG(kWarn, "purge of \"%s\" refused: cache \"%s\" is still loading, client: %s", shown, path.zone().name(),
-               ex.remote_addr());
-    ex.head().extra.append("Retry-After: 1\r\n");
-    ex.respond(503);
-    return;
-  }
-  ++m.counters().purges;
-  auto answer = std::make_unique<PurgeAnswer>(ex);
-  PurgeAnswer* a = answer.get();
-  ex.state() = std::move(answer);
-  auto* run = new PurgeRun(path, pk.target, opt.soft, shown, std::string(ex.remote_addr()), m.queue_for(path, ex),
-                           ex.location().aio, m.reactor());
-  run->start(a);
+  std::vector<PurgeTarget> targets;
+  targets.push_back(std::move(pk.target));
+  launch(m, ex, answer, path, std::move(targets), opt.soft, std::move(shown));
 }
 
 }  // namespace kosoku::cache

@@ -1,7 +1,8 @@
 """Cache tags and soft purge (core/cache/tags.hh, tag_index.hh, purge.hh): an origin tags its responses with
 Surrogate-Key (Fastly), Cache-Tag (Cloudflare) or xkey (Varnish); `PURGE` with `Surrogate-Key: t1 t2` removes
 every entry carrying one of the tags, within the purging request's host; `Fastly-Soft-Purge: 1` marks the
-selected entries stale instead of removing them. The tag fields are not forwarded to clients unless
+selected entries stale instead of removing them; a JSON body (`{"tags":[...],"hosts":[...],"prefixes":[...]}`,
+purge_doc.hh) purges by tag, by virtual host and by key prefix. The tag fields are not forwarded to clients unless
 proxy_pass_header names them; the tag index is rebuilt from the files after a restart.
 
 Whether an entry is still cached is told by the origin's request count for (Host, path), not by a header of the
@@ -69,6 +70,11 @@ def tags_config(port: int, origin_port: int, w: Path) -> str:
             deny all;
             proxy_cache_purge tagged "$scheme:$host$arg_key";
         }}
+        location = /purge-api {{
+            allow 127.0.0.1;
+            deny all;
+            proxy_cache_purge tagged "$scheme:$host$arg_key" any_host;
+        }}
         location = /kosoku-status {{ status; }}
     }}""")
     return f"""
@@ -93,8 +99,8 @@ class Tagged:
         with self.origin.lock:
             return sum(1 for r in self.origin.log[path] if r.header("Host") == host)
 
-    def get(self, host: str, target: str, method: str = "GET", headers=()) -> sut.Response:
-        return sut.request(self.port, method, target, host=host, headers=headers)
+    def get(self, host: str, target: str, method: str = "GET", headers=(), body: bytes = b"") -> sut.Response:
+        return sut.request(self.port, method, target, host=host, headers=headers, body=body)
 
     def fill(self, host: str, path: str) -> sut.Response:
         first = self.get(host, path)
@@ -296,3 +302,58 @@ def test_tag_index_is_rebuilt_by_the_cache_loader_after_a_restart(tg):
     assert r.status == 200 and entries(r) == 1
     assert not tg.cached("a.example", p)
     assert tg.metric("cache_zone_purges_total", zone="tagged", kind="tag") >= 1
+
+
+def json_purge(tg: Tagged, host: str, doc, target: str = "/purge-tags") -> sut.Response:
+    body = (doc if isinstance(doc, str) else json.dumps(doc)).encode()
+    return tg.get(host, target, method="POST", headers=[("Content-Type", "application/json")], body=body)
+
+
+def test_json_purge_by_host_clears_every_entry_of_that_host_only(tg):
+    paths = ["/site" + prefix() for _ in range(3)]
+    for p in paths:
+        tg.route(p, [])
+        for h in HOSTS:
+            tg.fill(h, p)
+    r = json_purge(tg, "b.example", {"hosts": ["b.example"]})
+    assert r.status == 200 and entries(r) >= 3, r
+    assert not any(tg.cached("b.example", p) for p in paths)
+    assert all(tg.cached("a.example", p) for p in paths)
+    # Another host's entries need any_host (the control-plane location).
+    assert json_purge(tg, "b.example", {"hosts": ["a.example"]}).status == 403
+    assert all(tg.cached("a.example", p) for p in paths)
+    r = json_purge(tg, "b.example", {"hosts": ["A.Example"]}, target="/purge-api")
+    assert r.status == 200 and entries(r) >= 3, r
+    assert not any(tg.cached("a.example", p) for p in paths)
+
+
+def test_json_purge_by_tags_and_prefixes_and_soft(tg):
+    t = "jt" + prefix()[1:]
+    base = "/pre" + prefix()
+    tagged, under, other = base + "/tagged", base + "/dir/x", "/other" + prefix()
+    tg.route(tagged, [("Cache-Tag", t)])
+    tg.route(under, [])
+    tg.route(other, [])
+    for p in (tagged, under, other):
+        tg.fill("a.example", p)
+    r = json_purge(tg, "a.example", {"tags": [t], "prefixes": [f"http:a.example{base}/dir/"]})
+    assert r.status == 200 and entries(r) == 2, r
+    assert not tg.cached("a.example", tagged) and not tg.cached("a.example", under)
+    assert tg.cached("a.example", other)
+    # A prefix outside the request's host is refused without any_host.
+    assert json_purge(tg, "a.example", {"prefixes": ["http:b.example/"]}).status == 403
+    assert json_purge(tg, "a.example", {"prefixes": ["http:a.examplex/"]}).status == 403
+    # Soft: marked stale, the next request refetches (no stale permission in this location).
+    r = json_purge(tg, "a.example", {"prefixes": [f"http:a.example{other}"], "soft": True})
+    assert r.status == 200 and b"soft purge" in r.body and entries(r) == 1, r
+    assert not tg.cached("a.example", other)
+
+
+def test_json_purge_refuses_bad_documents(tg):
+    for doc in ["not json", "{}", '{"tags": "x"}', '{"tags": [1]}', '{"hosts": ["bad host"]}',
+                json.dumps({"tags": [f"t{i}" for i in range(300)]}), '{"soft": "yes", "tags": ["a"]}']:
+        r = json_purge(tg, "a.example", doc)
+        assert r.status == 400, (doc, r)
+    r = json_purge(tg, "a.example", '{"tags": ["' + "x" * 70000 + '"]}')
+    assert r.status == 413, r
+    assert tg.server.alive()
