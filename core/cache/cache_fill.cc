@@ -148,8 +148,8 @@ std::string entry_tags(const CacheLocConf& cc, std::span<const http::HeaderField
   TagReport report;
   std::string tags = collect_tags(fields, cc.tags_headers, &report);
   if (report.any()) {
-    KOSOKU_LOG(kWarn, "cache tags of \"%s\": %zu invalid and %zu past the %zu-byte limit dropped",
-               base::log_escaped(key), report.invalid, report.over, kMaxEntryTagBytes);
+    KOSOKU_LOG(kWarn, "cache tags of \"%s\": %zu invalid and %zu past the limits (%zu tags, %zu bytes) dropped",
+               base::log_escaped(key), report.invalid, report.over, kMaxEntryTags, kMaxEntryTagBytes);
   }
   return tags;
 }
@@ -239,6 +239,7 @@ BackgroundFill::BackgroundFill(CacheModule& m, http::Exchange& client, CachePath
   no_cache_ = any_predicate(client.location().module<cache::CacheLocConf>().no_cache, client);
   fetch_ = std::make_unique<CacheFetch>(client, opts, true);
   request_time_ = m.reactor().wall_time();
+  purge_seq_ = path.recent_purges().seq();
 }
 
 BackgroundFill::BackgroundFill(CacheModule& m, Adopted a, CachePath& path, std::string key, const Hash128& locked)
@@ -252,6 +253,7 @@ BackgroundFill::BackgroundFill(CacheModule& m, Adopted a, CachePath& path, std::
   writer_ = a.writer;
   expected_ = a.expected;
   request_time_ = a.request_time;
+  purge_seq_ = a.purge_seq;
   fetch_ = std::move(a.fetch);
   fetch_->hand_over(*this, tries_);
   // The fetch may have stopped reading the origin while the client was slow: it may go on now.
@@ -276,6 +278,7 @@ StoreWriter::Target BackgroundFill::target() const {
   t.now_s = mod_.reactor().wall_time();
   t.holds_lock = holds_lock_;
   t.locked = locked_;
+  t.purge_seq = purge_seq_;
   return t;
 }
 

@@ -74,6 +74,7 @@ class BackgroundFill final : public proxy::UpstreamSink {
     bool no_cache = false;                 // proxy_no_cache said so (evaluated while the client was there)
     int64_t expected = -1;                 // Content-Length of the response, -1: unknown
     int64_t request_time = 0;
+    uint64_t purge_seq = kNoPurgeSeq;      // the zone's purge number when the fetch went out
     const EntryMeta* stale = nullptr;      // a conditional fetch's stale entry (a 304 refreshes it) ...
     int stale_fd = -1;                     // ... and its open file (owned)
   };
@@ -113,6 +114,7 @@ class BackgroundFill final : public proxy::UpstreamSink {
   StoreWriter* writer_ = nullptr;
   int64_t expected_ = -1;
   int64_t request_time_ = 0;
+  uint64_t purge_seq_ = kNoPurgeSeq;
   bool finished_ = false;
 };
 

@@ -516,6 +516,7 @@ void CacheState::fetch(CacheStatus status, bool revalidate, bool store_allowed) 
   }
   fetch_ = std::make_unique<CacheFetch>(ex_, opts, false);
   request_time_ = now_s();
+  purge_seq_ = path_->recent_purges().seq();
   relay_.reset(ex_, ex_.location().module<proxy::ProxyLocationConf>(), this);
   fetch_->start(mod_.proxy(), *this, proxy::upstream_state(ex_));  // may call back before returning
 }
@@ -615,6 +616,7 @@ StoreWriter::Target CacheState::store_target() const {
   t.now_s = now_s();
   t.holds_lock = lock_held_;
   t.locked = hash_;
+  t.purge_seq = purge_seq_;
   return t;
 }
 
@@ -783,6 +785,7 @@ bool CacheState::continue_fill() {
   a.no_cache = any_predicate(conf().no_cache, ex_);
   a.expected = expected_length_;
   a.request_time = request_time_;
+  a.purge_seq = purge_seq_;
   if (revalidating_ && have_entry_ && !passthrough_) {
     a.stale = &reader_.meta();
     a.stale_fd = ::dup(reader_.fd());

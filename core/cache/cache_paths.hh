@@ -63,6 +63,8 @@ class CachePath {
   /// The purge log (purge_log.hh): opened by CacheRegistry::create; without it (tests) purges are not logged.
   PurgeLog& purge_log() { return purge_log_; }
   const PurgeLog& purge_log() const { return purge_log_; }
+  /// The last purges, for fills in flight during them (purge_log.hh).
+  RecentPurges& recent_purges() { return recent_purges_; }
   PurgeCounters& purge_counters() { return purge_counters_; }
   const PurgeCounters& purge_counters() const { return purge_counters_; }
   /// Counts one purge of `target` and what it did (`soft`: marked stale instead of removed).
@@ -81,6 +83,7 @@ class CachePath {
   std::atomic<bool> loaded_{false};
   PurgeCounters purge_counters_;
   PurgeLog purge_log_;
+  RecentPurges recent_purges_;
 };
 
 /// Cross-core wake-ups of cache-lock waiters (see the header comment).

@@ -161,6 +161,7 @@ class CacheState final : public http::ContentState,
   PassView pass_view_ = PassView::kWhole;
   uint64_t stream_pos_ = 0;             // content bytes of the passed-through response seen so far
   int64_t request_time_ = 0;
+  uint64_t purge_seq_ = kNoPurgeSeq;  // the zone's purge number when the fetch went out (StoreWriter::Target)
 
   // Serving.
   std::string head_text_;

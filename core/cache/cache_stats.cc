@@ -46,6 +46,9 @@ stats::ExtraSection stats_section(const CacheRegistry& reg) {
                                static_cast<double>(path.zone().tags().pairs())));
     s.metrics.push_back(metric("cache_tag_index_bytes", "bytes of tags and entry references in the tag index",
                                kGauge, zone, static_cast<double>(path.zone().tags().bytes())));
+    s.metrics.push_back(metric("cache_tag_index_refused_total",
+                               "entries whose tags were not indexed: the tag index was at its budget", kCounter, zone,
+                               static_cast<double>(path.zone().tags().refused())));
     const CachePath::PurgeCounters& pc = path.purge_counters();
     constexpr auto kRelaxed = std::memory_order_relaxed;
     const std::pair<const char*, uint64_t> kinds[] = {{"exact", pc.exact.load(kRelaxed)},

@@ -444,7 +444,17 @@ void StoreWriter::commit() {
   }
   drop(evicted);
   z.keys().put(meta_.hash, meta_.key);
-  z.tags().put(meta_.hash, meta_.tags);
+  if (!z.tags().put(meta_.hash, meta_.tags)) {
+    const uint64_t n = z.tags().refused();
+    if ((n & (n - 1)) == 0) {  // the 1st, 2nd, 4th, 8th... time: a full index does not flood the log
+      KOSOKU_LOG(kWarn, "cache \"%s\": the tag index is full (%llu bytes), the tags of %llu entries are not indexed",
+                 z.name(), static_cast<unsigned long long>(z.tags().bytes()), static_cast<unsigned long long>(n));
+    }
+  }
+  // A purge that selects this response ran while it was fetched: what it fetched may be what the purge removed.
+  if (t_.purge_seq != kNoPurgeSeq && t_.path->recent_purges().cover(meta_, t_.purge_seq)) {
+    if (std::optional<EntryView> v = z.peek(meta_.hash); v && v->exists()) z.mark_stale(*v, now);
+  }
   if (waiters != 0 && t_.hub != nullptr) t_.hub->notify(waiters, meta_.hash);
   if (t_.holds_lock && t_.locked == meta_.hash) t_.holds_lock = false;  // commit() released it
   release_lock();

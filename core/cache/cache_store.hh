@@ -42,6 +42,8 @@ namespace kosoku::cache {
 class CachePath;
 class WakeHub;
 
+inline constexpr uint64_t kNoPurgeSeq = UINT64_MAX;
+
 /// Everything the header holds.
 struct EntryMeta {
   Hash128 hash;
@@ -95,6 +97,9 @@ class StoreWriter final : public disk::DiskCallback {
     /// on commit, or when the entry is abandoned. It may be the primary's hash while meta.hash is a variant.
     bool holds_lock = false;
     Hash128 locked;
+    /// RecentPurges::seq() when the request to the origin went out: a purge after it that selects the entry
+    /// makes the commit stale (purge_log.hh). kNoPurgeSeq: not known (the check is skipped).
+    uint64_t purge_seq = kNoPurgeSeq;
   };
   /// done(committed): called on the loop when the writer is finished (never after abort() if
   /// notify_abort is false). May be empty.

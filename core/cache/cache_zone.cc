@@ -159,6 +159,7 @@ size_t KeyIndex::size() const {
 
 CacheZone::CacheZone(std::string name, uint64_t size_bytes, int64_t epoch_s)
     : name_(std::move(name)), epoch_s_(epoch_s) {
+  tags_.set_budget(size_bytes);  // the tag index may take as much memory as the keys zone itself
   nbuckets_ = static_cast<size_t>(size_bytes / sizeof(Bucket));
   if (nbuckets_ < 1) nbuckets_ = 1;
   // mmap: zero pages on demand (a 1 GiB zone costs nothing until used), 64-byte aligned.
@@ -237,6 +238,8 @@ CacheZone::Slot* CacheZone::find_locked(Bucket& b, const Hash128& h) const {
 }
 
 void CacheZone::forget_indexes(const Hash128& h) {
+  // Another core may have stored the hash again since its bucket was released: its key and tags stay.
+  if (std::optional<EntryView> again = peek(h); again && (again->flags & (kEntryExists | kEntryPrimary))) return;
   keys_.erase(h);
   tags_.erase(h);
 }
@@ -375,7 +378,8 @@ bool CacheZone::set_expires(const Hash128& h, int64_t expires_at) {
   Bucket& b = bucket_of(h);
   uint32_t seq = lock_bucket(b);
   Slot* s = find_locked(b, h);
-  if (s != nullptr) {
+  const bool complete = s != nullptr && (meta_flags(s->meta.load(std::memory_order_relaxed)) & kEntryExists);
+  if (complete) {  // a placeholder (purged while revalidating) keeps its mark: the rewrite is stored stale
     s->expires.store(static_cast<uint64_t>(expires_at), std::memory_order_relaxed);
     const uint64_t m = s->meta.load(std::memory_order_relaxed);
     if (meta_flags(m) & kEntryStale) {
@@ -385,7 +389,7 @@ bool CacheZone::set_expires(const Hash128& h, int64_t expires_at) {
     }
   }
   unlock_bucket(b, seq);
-  return s != nullptr;
+  return complete;
 }
 
 CacheZone::LockResult CacheZone::try_lock(const Hash128& h, uint64_t now_ms, uint64_t age_ms, int64_t now_s,

@@ -162,8 +162,9 @@ class CacheZone {
   void set_primary(const Hash128& h, uint16_t vary_id, int64_t now_s, std::optional<EntryView>* evicted,
                    uint64_t* old_fs_size);
 
-  /// Updates expires_at of an existing entry after a 304 revalidated it (the file is rewritten later, or not at
-  /// all), and ends a soft purge's stale mark: the entry's own head governs again.
+  /// Updates expires_at of a complete entry after a 304 revalidated it (the file is rewritten later, or not at
+  /// all), and ends a soft purge's stale mark: the entry's own head governs again. False (nothing changed) when
+  /// the entry is gone or only a placeholder (purged meanwhile).
   bool set_expires(const Hash128& h, int64_t expires_at);
 
   enum class LockResult {

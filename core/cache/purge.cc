@@ -159,8 +159,9 @@ bool purge_unlink_due(CachePath& path, const Hash128& h) {
 PurgeResult purge(CachePath& path, const PurgeTarget& target, const std::function<int(const std::string&)>& unlink_file,
                   int64_t now_s, bool soft) {
   PurgeResult failed;
+  path.recent_purges().add(target);
   if (const std::string& log = path.purge_log().file(0); !log.empty()) {
-    const std::string rec = encode_purge_record(PurgeRecord{now_s, soft, target});
+    const std::string rec = "\n" + encode_purge_record(PurgeRecord{now_s, soft, target});
     const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
     const bool ok = fd >= 0 && ::write(fd, rec.data(), rec.size()) == static_cast<ssize_t>(rec.size());
     const int e = errno;
@@ -228,6 +229,7 @@ std::string console_command(std::string_view line) {
   if (w.size() >= 4 && (w[1] == "purge" || soft)) {
     CachePath* p = reg->find(w[2]);
     if (p == nullptr) return absl::StrCat("unknown cache zone \"", w[2], "\"\n");
+    if (!p->loaded()) return "the cache loader has not finished: entries not yet loaded could not be purged\n";
     PurgeTarget target;
     if (w[3] == "tag" && w.size() >= 5) {
       target.kind = PurgeTarget::Kind::kTags;

@@ -130,8 +130,10 @@ std::optional<PurgeRecord> decode_purge_record(std::string_view line) {
 }
 
 bool purge_record_covers(const PurgeRecord& r, const EntryMeta& m) {
-  if (m.freshness.response_time > r.at) return false;
-  const PurgeTarget& t = r.target;
+  return m.freshness.request_time <= r.at && purge_target_selects(r.target, m);
+}
+
+bool purge_target_selects(const PurgeTarget& t, const EntryMeta& m) {
   switch (t.kind) {
     case PurgeTarget::Kind::kExact:
       return m.key == t.key;
@@ -186,6 +188,13 @@ void PurgeLog::open(const std::string& dir, int cores) {
     }
     replay_ = std::move(unique);
   }
+  for (size_t i = 0; i < replay_.size(); ++i) {
+    if (replay_[i].target.kind == PurgeTarget::Kind::kExact) {
+      exact_[replay_[i].target.key].push_back(i);
+    } else {
+      others_.push_back(i);
+    }
+  }
   for (int c = 0; c < (cores > 0 ? cores : 1); ++c) files_.push_back(absl::StrCat(dir, "/purge.", c, ".log"));
   if (!readable) return;  // leave every file as it is: the next start reads them again
   // Written whole and renamed, so a crash leaves the old replay or the new one, never half of one. Only then
@@ -225,8 +234,9 @@ void PurgeLog::open(const std::string& dir, int cores) {
   if (carried.empty()) return;
   const int fd = ::open(files_[0].c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0600);
   if (fd < 0 || !write_all(fd, carried)) {
-    KOSOKU_LOG(kCrit, "%s: soft purges of earlier runs are not carried over",
+    KOSOKU_LOG(kCrit, "%s: soft purges of earlier runs are not carried over (purge.replay is kept)",
                error_text(fd < 0 ? "open" : "write", files_[0], errno));
+    carried_ = false;
   }
   if (fd >= 0) ::close(fd);
 }
@@ -239,12 +249,43 @@ const std::string& PurgeLog::file(int core) const {
 
 const PurgeRecord* PurgeLog::replayed_cover(const EntryMeta& m) const {
   const PurgeRecord* soft = nullptr;
-  for (const PurgeRecord& r : replay_) {
-    if (!purge_record_covers(r, m)) continue;
-    if (!r.soft) return &r;
+  auto consider = [&](size_t i) {
+    const PurgeRecord& r = replay_[i];
+    if (!purge_record_covers(r, m)) return false;
+    if (!r.soft) return true;
     if (soft == nullptr || r.at > soft->at) soft = &r;
+    return false;
+  };
+  if (auto it = exact_.find(m.key); it != exact_.end()) {
+    for (size_t i : it->second) {
+      if (consider(i)) return &replay_[i];
+    }
+  }
+  for (size_t i : others_) {
+    if (consider(i)) return &replay_[i];
   }
   return soft;
+}
+
+void RecentPurges::add(const PurgeTarget& t) {
+  std::lock_guard<std::mutex> lk(mu_);
+  const uint64_t n = seq_.load(std::memory_order_relaxed) + 1;
+  kept_.emplace_back(n, t);
+  if (kept_.size() > kKept) {
+    dropped_ = kept_.front().first;
+    kept_.pop_front();
+  }
+  seq_.store(n, std::memory_order_release);
+}
+
+bool RecentPurges::cover(const EntryMeta& m, uint64_t since) const {
+  if (seq_.load(std::memory_order_acquire) <= since) return false;
+  std::lock_guard<std::mutex> lk(mu_);
+  if (dropped_ > since) return true;  // a purge after `since` is no longer kept
+  for (const auto& [n, t] : kept_) {
+    if (n > since && purge_target_selects(t, m)) return true;
+  }
+  return false;
 }
 
 }  // namespace kosoku::cache

@@ -121,9 +121,17 @@ class PurgeRun final : public reactor::Task, public disk::DiskCallback {
   void unlinked(Slot& s, int result);
   void pump();
   void maybe_finish() {
-    if (pumping_ || in_flight_ > 0 || (next_ < files_.size() && !stopped_)) return;
+    if (pumping_ || in_flight_ > 0 || retry_.armed() || (next_ < files_.size() && !stopped_)) return;
     delete this;
   }
+
+  // Re-pumps the unlinks after a full disk queue.
+  struct Retry final : reactor::Timer {
+    explicit Retry(PurgeRun& r) : run(r) {}
+    void fire() override { run.pump(); }
+    PurgeRun& run;
+  };
+  static constexpr uint64_t kRetryMs = 10;
 
   CachePath& path_;
   std::vector<PurgeTarget> targets_;
@@ -147,6 +155,7 @@ class PurgeRun final : public reactor::Task, public disk::DiskCallback {
   size_t unlinked_ = 0;
   bool pumping_ = false;
   bool stopped_ = false;  // an unlink failed: no further file is tried
+  Retry retry_{*this};
 };
 
 // The request's side of a purge: reads a JSON body when there is one (purge_doc.hh), then waits for its
@@ -201,9 +210,7 @@ class PurgeAnswer final : public http::ContentState, public http::BodySink {
     }
     then_(*this, body_);
   }
-  void on_body_error(int status) override {
-    if (status != 0) answered(status, "");
-  }
+  void on_body_error(int status) override { answered(status == 0 ? 400 : status, ""); }
 
  private:
   http::Exchange& ex_;
@@ -217,11 +224,14 @@ class PurgeAnswer final : public http::ContentState, public http::BodySink {
 void PurgeRun::start(PurgeAnswer* requester) {
   requester_ = requester;
   requester->attach(this);
+  for (const PurgeTarget& t : targets_) path_.recent_purges().add(t);
   const std::string& log = path_.purge_log().file(reactor_.core_id());
   if (log.empty()) {
     run();
     return;
   }
+  // A leading newline: a record after a short append of the previous one still starts a line of its own.
+  record_ = "\n";
   for (const PurgeTarget& t : targets_) record_ += encode_purge_record(PurgeRecord{reactor_.wall_time(), soft_, t});
   log_op_.kind = disk::DiskOp::Kind::kOpen;
   log_op_.path = log;
@@ -337,12 +347,11 @@ void PurgeRun::pump() {
         unlinked(*s, s->op.result);
         break;
       case disk::DiskQueue::Submit::kOverflow:
-        // The queue logs its overflow; the files left are the next start's (the purge log covers them).
-        KOSOKU_LOG(kError, "unlinks of the purge of \"%s\" in cache \"%s\" stopped: disk queue \"%s\" overflow",
-                   shown_, path_.zone().name(), q_.name());
-        stopped_ = true;
-        path_.purge_counters().unlink_failures.fetch_add(1, std::memory_order_relaxed);
-        break;
+        // The queue is full (it logs that): this file again in a while, after what is in flight.
+        --next_;
+        if (!retry_.armed()) reactor_.timers().arm(retry_, reactor_.now_ms() + kRetryMs);
+        pumping_ = false;
+        return;
     }
   }
   pumping_ = false;

@@ -38,23 +38,25 @@ void TagIndex::unlink(const Hash128& h, std::string_view tag) {
   }
 }
 
-void TagIndex::put(const Hash128& h, std::string_view tags) {
+bool TagIndex::put(const Hash128& h, std::string_view tags) {
   EntryShard& s = entry_shards_[h.hi % kShards];
   std::lock_guard<std::mutex> lk(s.mu);
   auto it = s.tags.find(h);
   if (it != s.tags.end()) {
-    if (it->second == tags) return;
+    if (it->second == tags) return true;
     for_each_stored_tag(it->second, [&](std::string_view t) { unlink(h, t); });
-    if (tags.empty()) {
-      s.tags.erase(it);
-      return;
-    }
-    it->second.assign(tags);
-  } else {
-    if (tags.empty()) return;
-    it = s.tags.emplace(h, std::string(tags)).first;
+    s.tags.erase(it);
   }
+  if (tags.empty()) return true;
+  size_t count = 0;
+  for_each_stored_tag(tags, [&](std::string_view) { ++count; });
+  if (budget_ != 0 && bytes_.load(std::memory_order_relaxed) + tags.size() + count * 2 * sizeof(Hash128) > budget_) {
+    refused_.fetch_add(1, std::memory_order_relaxed);
+    return false;
+  }
+  it = s.tags.emplace(h, std::string(tags)).first;
   for_each_stored_tag(it->second, [&](std::string_view t) { link(h, t); });
+  return true;
 }
 
 void TagIndex::erase(const Hash128& h) {

@@ -7,9 +7,9 @@
 // holds its entry's shard for the whole change and takes the tag shards one at a time inside it; a reader of a
 // tag (entries_of) takes only that tag's shard. The order is always entry shard → tag shard, so no cycle.
 //
-// Memory: bounded by the zone — an entry has at most kMaxEntryTagBytes of tags and the zone a fixed number of
-// entries. bytes() counts the tag bytes and 16 bytes per (tag, entry) pair twice (both directions); the maps'
-// own overhead comes on top.
+// Memory: bounded by a budget (the keys zone's size: CacheZone sets it) — past it, new entries' tags are not
+// indexed (counted, and the fill logs it) — and by the limits of one entry's tags (tags.hh). bytes() counts the
+// tag bytes and 16 bytes per (tag, entry) pair twice (both directions); the maps' own overhead comes on top.
 #pragma once
 
 #include <atomic>
@@ -28,8 +28,14 @@ namespace kosoku::cache {
 
 class TagIndex {
  public:
-  /// Records `tags` (stored form, tags.hh) as the tags of `h`, replacing any it had; "" removes them.
-  void put(const Hash128& h, std::string_view tags);
+  /// At most `bytes` (bytes()) in the index; 0: no bound. Set once, before use.
+  void set_budget(uint64_t bytes) { budget_ = bytes; }
+  /// Records `tags` (stored form, tags.hh) as the tags of `h`, replacing any it had; "" removes them. False,
+  /// and `h` keeps no tags, when the index is at its budget (the entry can then not be purged by tag; counted
+  /// in refused()).
+  bool put(const Hash128& h, std::string_view tags);
+  /// Entries whose tags were not indexed for the budget.
+  uint64_t refused() const { return refused_.load(std::memory_order_relaxed); }
   /// Forgets the tags of `h` (nothing when it has none).
   void erase(const Hash128& h);
   /// The entries carrying `tag`, appended to `out`.
@@ -63,6 +69,8 @@ class TagIndex {
   std::atomic<size_t> tags_{0};
   std::atomic<size_t> pairs_{0};
   std::atomic<uint64_t> bytes_{0};
+  std::atomic<uint64_t> refused_{0};
+  uint64_t budget_ = 0;
 };
 
 }  // namespace kosoku::cache

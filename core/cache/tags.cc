@@ -64,7 +64,7 @@ std::string collect_tags(std::span<const http::HeaderField> fields, uint32_t for
         return;
       }
       if (seen.contains(t)) return;
-      if (out.size() + (out.empty() ? 0 : 1) + t.size() > kMaxEntryTagBytes) {
+      if (seen.size() == kMaxEntryTags || out.size() + (out.empty() ? 0 : 1) + t.size() > kMaxEntryTagBytes) {
         ++report->over;
         return;
       }

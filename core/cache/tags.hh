@@ -7,9 +7,10 @@
 // several forms add up; each tag is kept once, in the order first seen.
 //
 // A tag is 1..kMaxTagLength bytes of visible US-ASCII (0x21-0x7E) other than ','; tags compare byte for byte
-// (case-sensitive, as Fastly's surrogate keys). A response keeps at most kMaxEntryTagBytes of tags (the
-// separators counted): what goes past that, and tags that are too long or carry other bytes, are dropped and
-// counted in the TagReport so the caller logs one line per response, never one per tag.
+// (case-sensitive, as Fastly's surrogate keys). A response keeps at most kMaxEntryTags tags and
+// kMaxEntryTagBytes of them (the separators counted): what goes past that, and tags that are too long or carry
+// other bytes, are dropped and counted in the TagReport so the caller logs one line per response, never one per
+// tag.
 //
 // Stored form: the tags joined by single spaces ("a b c"), in the entry's file (cache_store.hh) and in the keys
 // zone's TagIndex (tag_index.hh).
@@ -41,6 +42,7 @@ uint32_t tag_header_form(std::string_view name);
 
 inline constexpr size_t kMaxTagLength = 1024;           // bytes of one tag
 inline constexpr size_t kMaxEntryTagBytes = 16 * 1024;  // the stored form of one response's tags
+inline constexpr size_t kMaxEntryTags = 256;            // tags of one response
 inline constexpr size_t kMaxPurgeTags = 256;            // tags in one purge request
 
 /// Whether `tag` is a valid tag (header comment).
@@ -49,7 +51,7 @@ bool valid_tag(std::string_view tag);
 /// What collect_tags() left out.
 struct TagReport {
   size_t invalid = 0;   // empty pieces are not counted; bytes outside 0x21-0x7E or too long
-  size_t over = 0;      // valid tags past kMaxEntryTagBytes
+  size_t over = 0;      // valid tags past kMaxEntryTags or kMaxEntryTagBytes
   bool any() const { return invalid > 0 || over > 0; }
 };
 

@@ -357,3 +357,28 @@ def test_json_purge_refuses_bad_documents(tg):
     r = json_purge(tg, "a.example", '{"tags": ["' + "x" * 70000 + '"]}')
     assert r.status == 413, r
     assert tg.server.alive()
+
+
+@pytest.mark.parametrize("how", ["exact", "tag"])
+def test_a_fill_in_flight_during_a_purge_is_not_served_fresh_afterwards(tg, how):
+    import threading
+    t = "inflight" + prefix()[1:]
+    p = "/inflight" + prefix()
+
+    def slow(req: OriginRequest, n: int) -> Reply:
+        return Reply(200, [("Cache-Control", "max-age=60"), ("Surrogate-Key", t)], b"v%d" % n,
+                     delay=1.0 if n == 1 else 0)
+
+    tg.origin.route(p, slow)
+    first: dict = {}
+    th = threading.Thread(target=lambda: first.setdefault("r", tg.get("a.example", p)))
+    th.start()
+    time.sleep(0.4)  # the request to the origin is out; its answer comes after the purge
+    r = tg.purge_tags("a.example", t) if how == "tag" else tg.get("a.example", p, method="PURGE")
+    assert r.status == 404  # nothing stored yet
+    th.join()
+    assert first["r"].body == b"v1"
+    # What the fill stored may predate the purge: it is not a fresh hit.
+    r = tg.get("a.example", p)
+    assert r.body == b"v2" and tg.hits("a.example", p) == 2
+    assert tg.cached("a.example", p)  # the refetch after the purge is fresh

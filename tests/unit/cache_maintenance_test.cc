@@ -387,8 +387,11 @@ TEST_F(MaintenanceTest, ConsoleCommand) {
   path.zone().commit(hash_key("http:a/x"), CacheZone::Commit{kNow + 60, 100, 0, 0}, kNow, &ev);
   path.zone().keys().put(hash_key("http:a/x"), "http:a/x");
   path.zone().tags().put(hash_key("http:a/x"), "t1 t2");
+  EXPECT_EQ(console_command("cache purge z http:a/x"),
+            "the cache loader has not finished: entries not yet loaded could not be purged\n");
+  path.set_loaded();
   EXPECT_EQ(console_command("cache stats"),
-            "z " + dir_.path() + "/console entries=1 bytes=100 max_size=0 loaded=no tags=2 tagged=2\n"
+            "z " + dir_.path() + "/console entries=1 bytes=100 max_size=0 loaded=yes tags=2 tagged=2\n"
             "  purges: exact=0 prefix=0 all=0 tag=0 soft=0 removed=0 removed_bytes=0 soft_marked=0 "
             "soft_served_stale=0 unlink_failures=0\n");
   EXPECT_EQ(console_command("cache soft-purge z tag t2"), "marked stale 1 entries\n");

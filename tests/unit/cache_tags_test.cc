@@ -43,15 +43,24 @@ TEST(CacheTagsTest, DropsInvalidAndOverLimitTagsAndCountsThem) {
   EXPECT_EQ(collect_tags(fields({{"Surrogate-Key", values}}), kTagHeadersAll, &r), "ok " + longest);
   EXPECT_EQ(r.invalid, 2u);
   EXPECT_EQ(r.over, 0u);
-  // Past kMaxEntryTagBytes: the first tags are kept, the rest counted.
+  // Past kMaxEntryTags: the first tags are kept, the rest counted.
   std::string many;
   for (int i = 0; i < 5000; ++i) many += "t" + std::to_string(i) + " ";
   TagReport r2;
   const std::string kept = collect_tags(fields({{"xkey", many}}), kTagHeadersAll, &r2);
-  EXPECT_LE(kept.size(), kMaxEntryTagBytes);
-  EXPECT_GT(kept.size(), kMaxEntryTagBytes - 8);
+  size_t n = 0;
+  for_each_stored_tag(kept, [&](std::string_view) { ++n; });
+  EXPECT_EQ(n, kMaxEntryTags);
   EXPECT_EQ(kept.substr(0, 6), "t0 t1 ");
-  EXPECT_GT(r2.over, 0u);
+  EXPECT_EQ(r2.over, 5000 - kMaxEntryTags);
+  // Past kMaxEntryTagBytes: long tags fill the bytes first.
+  std::string longs;
+  for (int i = 0; i < 40; ++i) longs += std::string(1000, static_cast<char>('a' + i % 26)) + std::to_string(i) + " ";
+  TagReport r3;
+  const std::string kept3 = collect_tags(fields({{"xkey", longs}}), kTagHeadersAll, &r3);
+  EXPECT_LE(kept3.size(), kMaxEntryTagBytes);
+  EXPECT_GT(kept3.size(), kMaxEntryTagBytes - 1100);
+  EXPECT_GT(r3.over, 0u);
 }
 
 TEST(CacheTagsTest, PurgeTagListsAreBounded) {
@@ -96,6 +105,17 @@ TEST(TagIndexTest, PutReplacesEraseForgetsAndCountsFollow) {
   EXPECT_EQ(ix.tags(), 0u);
   EXPECT_EQ(ix.pairs(), 0u);
   EXPECT_EQ(ix.bytes(), 0u);
+}
+
+TEST(TagIndexTest, ABudgetBoundsTheIndex) {
+  TagIndex ix;
+  ix.set_budget(200);
+  int indexed = 0;
+  for (int i = 0; i < 100; ++i) indexed += ix.put(hash_key(std::to_string(i)), "tag-" + std::to_string(i));
+  EXPECT_LT(indexed, 10);
+  EXPECT_GT(indexed, 0);
+  EXPECT_LE(ix.bytes(), 200u);
+  EXPECT_EQ(ix.refused(), static_cast<uint64_t>(100 - indexed));
 }
 
 TEST(TagIndexTest, ConcurrentWritersLeaveAConsistentIndex) {

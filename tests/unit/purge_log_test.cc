@@ -22,6 +22,7 @@ constexpr int64_t kNow = 1700000000;
 EntryMeta meta(std::string key, int64_t received, std::string tags = "") {
   EntryMeta m;
   m.key = std::move(key);
+  m.freshness.request_time = received;
   m.freshness.response_time = received;
   m.tags = std::move(tags);
   return m;
