@@ -10,6 +10,7 @@
 #include "core/config/module.hh"
 #include "core/config/parser.hh"
 #include "core/config/variables.hh"
+#include "re2/re2.h"
 
 namespace kosoku::config {
 
@@ -118,6 +119,19 @@ std::shared_ptr<const Template> compile_arg(Builder& b, const Arg& a, LogEscape 
   }
   t.escape = escape;
   return std::make_shared<const Template>(std::move(t));
+}
+
+std::shared_ptr<re2::RE2> compile_regex(Builder& b, std::string_view pattern, bool caseless, const SourceLoc& loc) {
+  re2::RE2::Options o;
+  o.set_log_errors(false);
+  o.set_case_sensitive(!caseless);
+  const std::string spelled = re2_spelling(pattern);
+  auto re = std::make_shared<re2::RE2>(re2::StringPiece(spelled.data(), spelled.size()), o);
+  if (!re->ok()) {
+    b.fail(loc, absl::StrCat("invalid regular expression ", quoted(pattern), ": ", re->error()));
+    return nullptr;
+  }
+  return re;
 }
 
 bool parse_flag_arg(Builder& b, const Directive& d, size_t arg, bool* out) {
