@@ -84,8 +84,14 @@ def _get(srv, path: str) -> sut.Response:
     ("/chain/a", b"uri=/echo/chained args= is_args=\n"),
     # a prefix location keeps the captures of the rewrite that led there (nginx)
     ("/keepcap/x/y", b"uri=/cap/x/y 1=x/y 2=\n"),
+    # the request's arguments: kept, dropped by a last `?`, after REPLACEMENT's own
+    ("/args/keep?a=1", b"uri=/echo/keep args=a=1 is_args=?\n"),
+    ("/args/drop?a=1", b"uri=/echo/drop args= is_args=\n"),
+    ("/args/own?a=1", b"uri=/echo/own args=b=2&a=1 is_args=?\n"),
+    ("/args/own", b"uri=/echo/own args=b=2 is_args=?\n"),
+    ("/args/own-only?a=1", b"uri=/echo/own args=b=2 is_args=?\n"),
 ])
-def test_rewrite_flags(srv, path, body):
+def test_internal_rewrites(srv, path, body):
     resp = _get(srv, path)
     assert (resp.status, resp.body) == (200, body), resp
 
@@ -95,18 +101,6 @@ def test_break_stays_in_the_location_with_the_new_uri(srv):
     /break/ serves root + the new URI."""
     resp = _get(srv, "/break/file.txt")
     assert (resp.status, resp.body) == (200, b"new file\n"), resp
-
-
-@pytest.mark.parametrize("path, body", [
-    ("/args/keep?a=1", b"uri=/echo/keep args=a=1 is_args=?\n"),
-    ("/args/drop?a=1", b"uri=/echo/drop args= is_args=\n"),
-    ("/args/own?a=1", b"uri=/echo/own args=b=2&a=1 is_args=?\n"),
-    ("/args/own", b"uri=/echo/own args=b=2 is_args=?\n"),
-    ("/args/own-only?a=1", b"uri=/echo/own args=b=2 is_args=?\n"),
-])
-def test_arguments(srv, path, body):
-    resp = _get(srv, path)
-    assert (resp.status, resp.body) == (200, body), resp
 
 
 @pytest.mark.parametrize("path, status, location", [
@@ -139,12 +133,7 @@ def test_rewrite_cycle_is_a_500_with_nginx_error_line(srv):
 
 def _check(tmp_path, name: str, body: str) -> tuple[int, str, sut.ServerProcess]:
     p = sut.ServerProcess(sut.SUT, tmp_path / name, body, [])
-    res = p.check_config()
-    return res.returncode, (res.stderr + res.stdout).decode(errors="replace"), p
-
-
-def _line_of(p: sut.ServerProcess, text: str) -> int:
-    return next(i for i, line in enumerate(p.conf_text.splitlines(), 1) if text in line)
+    return *p.config_check_output(), p
 
 
 @pytest.mark.parametrize("directive, message", [
@@ -157,12 +146,12 @@ def test_configuration_errors(tmp_path, directive, message):
                                            f"        }}\n    }}\n")
     assert code != 0 and message in msg, msg
     if sut.SUT == "kosoku":
-        assert f"{p.conf_path}:{_line_of(p, directive)}:" in msg, msg
+        assert f"{p.conf_path}:{p.line_of(directive)}:" in msg, msg
 
 
 def test_bad_regex_is_a_configuration_error(tmp_path):
     code, msg, p = _check(tmp_path, "re", '    server {\n        rewrite "^/(a" /b;\n    }\n')
     assert code != 0, msg
     if sut.SUT == "kosoku":
-        line = _line_of(p, "rewrite")
+        line = p.line_of("rewrite")
         assert f'{p.conf_path}:{line}:17: invalid regular expression "^/(a": missing ): ^/(a' in msg, msg

@@ -157,8 +157,7 @@ def test_rewrite_log(srv):
 
 def _check(tmp_path, name: str, server_body: str) -> tuple[int, str, sut.ServerProcess]:
     p = sut.ServerProcess(sut.SUT, tmp_path / name, f"    server {{\n{server_body}\n    }}\n", [])
-    res = p.check_config()
-    return res.returncode, (res.stderr + res.stdout).decode(errors="replace"), p
+    return *p.config_check_output(), p
 
 
 @pytest.mark.parametrize("line, message", [
@@ -178,7 +177,7 @@ def test_configuration_errors(tmp_path, line, message):
     code, msg, p = _check(tmp_path, "bad", f"        {line}")
     assert code != 0 and message in msg, msg
     if sut.SUT == "kosoku":
-        assert f"{p.conf_path}:{p.conf_text.splitlines().index('        ' + line) + 1}:" in msg, msg
+        assert f"{p.conf_path}:{p.line_of(line)}:" in msg, msg
 
 
 @pytest.mark.parametrize("line, message", [
