@@ -170,6 +170,9 @@ LoadResult load_text(std::string_view text, const std::string& file, const LoadO
   b.resolve_names = opts.resolve_names;
   b.main->file = file;
   b.main->text = std::string(text);
+  for (const Module* m : modules()) {
+    if (m->predeclare != nullptr) m->predeclare(tree);
+  }
   Scope top;
   top.ctx = kCtxMain;
   top.main = b.main.get();

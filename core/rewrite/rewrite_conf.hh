@@ -7,9 +7,10 @@
 // (nginx). An `if` block holds a program of its own, run when its condition holds, after which the enclosing
 // program goes on with the directive after the `if`.
 //
-// Variables: `set $name VALUE` declares $name while the configuration loads (config::declare_variable), so,
-// as for a map, the `set` must precede the templates that name the variable in the file (nginx accepts any
-// order). A declared variable no `set` of the request gave a value to is empty (nginx's uninitialised value).
+// Variables: every `set $name VALUE` of the file declares $name before any directive is applied
+// (Module::predeclare, config::declare_variable), so a template may name it anywhere in the file (a log_format
+// in http for a variable a server sets), as in nginx. A declared variable no `set` of the request gave a value
+// to is empty (nginx's uninitialised value), with a `warn` line unless uninitialized_variable_warn is off.
 #pragma once
 
 #include <memory>

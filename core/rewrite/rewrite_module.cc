@@ -16,6 +16,7 @@
 #include "core/config/build.hh"
 #include "core/config/directive.hh"
 #include "core/config/module.hh"
+#include "core/config/parser.hh"
 #include "core/config/variables.hh"
 #include "core/rewrite/rewrite_conf.hh"
 #include "re2/re2.h"
@@ -125,17 +126,34 @@ bool declare_set_variable(std::string_view name) {
          t.segments[0].text == name;
 }
 
+// Whether `var` is a `set` operand: `$` and a name of [A-Za-z0-9_]; *name gets it lower-cased.
+bool set_operand(std::string_view var, std::string* name) {
+  if (var.size() < 2 || var[0] != '$') return false;
+  *name = absl::AsciiStrToLower(var.substr(1));
+  for (char c : *name) {
+    if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '_') return false;
+  }
+  return true;
+}
+
+// Module::predeclare: every `set` variable of the file, wherever it is written, so a template before the `set`
+// (a log_format in http for a variable a server sets) may name it. A name something else already has is left
+// to set_set, which reports it.
+void predeclare(const std::vector<Directive>& tree) {
+  for (const Directive& d : tree) {
+    std::string name;
+    if (d.name == "set" && !d.block && d.args.size() == 2 && set_operand(d.args[0].value, &name)) {
+      declare_set_variable(name);
+    }
+    if (d.block && !is_data_block_directive(d.name)) predeclare(d.children);
+  }
+}
+
 // `set $variable VALUE;`
 bool set_set(Builder& b, Scope& s, const Directive& d) {
   const std::string& var = d.args[0].value;
-  if (var.size() < 2 || var[0] != '$') return b.fail(d.args[0].loc, absl::StrCat("invalid variable name ", quoted(var)));
   Op op{.kind = Op::Kind::kSet};
-  op.set.name = absl::AsciiStrToLower(std::string_view(var).substr(1));
-  for (char c : op.set.name) {
-    if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '_') {
-      return b.fail(d.args[0].loc, absl::StrCat("invalid variable name ", quoted(var)));
-    }
-  }
+  if (!set_operand(var, &op.set.name)) return b.fail(d.args[0].loc, absl::StrCat("invalid variable name ", quoted(var)));
   // Declared before VALUE is compiled: `set $a "$a/x"` appends to the variable's earlier value.
   if (!declare_set_variable(op.set.name)) {
     return b.fail(d.args[0].loc, absl::StrCat("the duplicate ", quoted(op.set.name), " variable"));
@@ -260,7 +278,8 @@ constexpr DirectiveSpec kRewriteDirectives[] = {
 }  // namespace
 
 config::Module& module() {
-  static config::Module m{.name = "rewrite", .directives = kRewriteDirectives, .phases = phase_handlers()};
+  static config::Module m{.name = "rewrite", .directives = kRewriteDirectives, .predeclare = predeclare,
+                          .phases = phase_handlers()};
   return m;
 }
 

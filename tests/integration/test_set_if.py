@@ -1,5 +1,6 @@
 """`set`, `if` and `break` (nginx's ngx_http_rewrite_module): variables given values in file order (a value may
-use other variables and the variable itself), empty until set (with nginx's warning); the rewrite directives of
+use other variables and the variable itself), named anywhere in the file (before the `set` too), empty until set
+(with nginx's warning); the rewrite directives of
 a block run in one list, interleaved, a server's before any location is chosen; `if` conditions `($var)`,
 `=`, `!=`, `~`, `~*`, `!~`, `!~*` with their captures as $1..$9 and named groups; `break` stopping the list;
 `rewrite_log`; the configuration errors.
@@ -8,6 +9,8 @@ Runs against nginx too (SUT=nginx), but for the two things kosoku refuses at loa
 and the non-rewrite directives inside `if`).
 """
 from __future__ import annotations
+
+import time
 
 import pytest
 
@@ -22,6 +25,8 @@ def srv(tmp_path_factory):
     (www / "brk" / "index.html").write_text("brk index\n")
     port = sut.free_port()
     conf = f"""
+    log_format setvars '$uri lv=[$logged]';
+    access_log {work}/access.log setvars;
     server {{
         listen 127.0.0.1:{port};
         root {www};
@@ -38,6 +43,8 @@ def srv(tmp_path_factory):
             set $a "${{a}}2";
             return 200 "a=$a b=$b srv=$srv_var tagged=$tagged\\n";
         }}
+        location /logvar/ {{ set $logged "lv-$arg_x"; return 204; }}
+        location /early/ {{ add_header X-Early "[$early]" always; set $early "e-$arg_x"; return 200 "[$early]\\n"; }}
         location /decl/ {{ set $never "x"; return 204; }}
         location /unset/ {{ return 200 "[$never]\\n"; }}
         location /order/ {{
@@ -75,6 +82,7 @@ def srv(tmp_path_factory):
     }}"""
     s = sut.ServerProcess(sut.SUT, work / "server", conf, [port]).start()
     s.port = port
+    s.access_log = work / "access.log"
     yield s
     assert s.stop() == 0
 
@@ -94,6 +102,17 @@ def _get(srv, path: str, headers=()) -> sut.Response:
 def test_set_values_in_file_order(srv, path, body):
     resp = _get(srv, path)
     assert (resp.status, resp.body) == (200, body), resp
+
+
+def test_variable_named_before_its_set(srv):
+    """A template may name a `set` variable before the `set` (an add_header above it, a log_format in http)."""
+    resp = _get(srv, "/early/?x=1")
+    assert (resp.status, resp.body, resp.header("X-Early")) == (200, b"[e-1]\n", "[e-1]"), resp
+    assert _get(srv, "/logvar/?x=7").status == 204
+    deadline = time.monotonic() + 3 * sut.SLOWDOWN
+    while "/logvar/ lv=[lv-7]" not in srv.access_log.read_text():
+        assert time.monotonic() < deadline, srv.access_log.read_text()
+        time.sleep(0.05)
 
 
 def test_unset_variable_is_empty_with_a_warning(srv):
