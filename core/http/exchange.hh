@@ -141,6 +141,14 @@ class Exchange {
   /// name of a named group (`(?P<name>...)`). False when no regex chose it or the group took no part.
   virtual bool regex_capture(std::string_view group, std::string_view* out) const { return false; }
 
+  /// Where $uri comes from (nginx's valid_unparsed_uri and valid_location), for what is sent upstream:
+  ///   kAsReceived          the request's own path;
+  ///   kChanged             a rewrite or an internal redirect made it, and the location was chosen for it;
+  ///   kChangedInLocation   a rewrite made it and the location stayed the one chosen for the URI before
+  ///                        (`break`): the location's prefix says nothing about it.
+  enum class UriOrigin : uint8_t { kAsReceived, kChanged, kChangedInLocation };
+  virtual UriOrigin uri_origin() const { return UriOrigin::kAsReceived; }
+
   // Changing the request (the rewrite module: rewrite, `if` regexes).
   /// Makes `uri` the request's $uri and, when `args` is given, `args` its $args (empty: no query). The URI is
   /// taken as written, not percent-decoded (nginx's rewrite); one with a "." or ".." segment is normalised as a

@@ -47,6 +47,7 @@ class HttpRequest : public Exchange {
   std::string_view host() const override { return host_lower_; }
   uint64_t request_length() const override { return head_bytes_; }
   bool regex_capture(std::string_view group, std::string_view* out) const override;
+  UriOrigin uri_origin() const override { return uri_origin_; }
   bool set_uri(std::string uri, const std::string* args) override;
   void set_captures(const re2::RE2& re, std::string_view subject, std::span<const std::string_view> groups) override;
   ResponseHead& head() override { return head_; }
@@ -142,6 +143,9 @@ class HttpRequest : public Exchange {
   /// URI changes left (nginx's NGX_HTTP_MAX_URI_CHANGES + 1): a REWRITE handler's kFindConfig takes one; at 0
   /// the request is a "rewrite or internal redirection cycle" (500).
   int uri_changes_ = 11;
+  UriOrigin uri_origin_ = UriOrigin::kAsReceived;
+  /// FIND_CONFIG: the location for uri_ (and its captures); a changed URI is then kChanged.
+  void find_config();
   /// The groups of the last regex match with captures (a regex location at FIND_CONFIG, a rewrite, an `if`):
   /// offset and length in capture_text_, -1: none.
   std::vector<std::pair<int32_t, int32_t>> captures_;

@@ -48,10 +48,14 @@ void HttpRequest::run_from_server_rewrite() {
   // SERVER_REWRITE: the modules' handlers (a server-level `return`, core/rewrite/, answers before any location
   // is chosen).
   if (run_module_phases(Phase::kServerRewrite) == PhaseResult::kDone) return;
-  // FIND_CONFIG: the location.
-  loc_ = server_->find_location(uri_);
-  match_captures();
+  find_config();
   run_from_location();
+}
+
+void HttpRequest::find_config() {
+  loc_ = server_->find_location(uri_);
+  if (uri_origin_ == UriOrigin::kChangedInLocation) uri_origin_ = UriOrigin::kChanged;
+  match_captures();
 }
 
 void HttpRequest::run_from_location() {
@@ -87,8 +91,7 @@ void HttpRequest::run_from_location() {
       respond(500, {}, {});
       return;
     }
-    loc_ = server_->find_location(uri_);
-    match_captures();
+    find_config();
   }
   // ACCESS and PRE_CONTENT: the modules' handlers (allow/deny: core/access/).
   if (run_module_phases(Phase::kAccess) == PhaseResult::kDone ||
@@ -147,6 +150,7 @@ bool HttpRequest::set_uri(std::string uri, const std::string* args) {
     uri = std::move(normal);
   }
   uri_ = std::move(uri);
+  uri_origin_ = UriOrigin::kChangedInLocation;
   if (args != nullptr) {
     redirect_args_ = *args;
     req_.query = redirect_args_;
@@ -247,6 +251,7 @@ bool HttpRequest::error_page_redirect(int status) {
     respond(nr.http_status, {}, {});
     return true;
   }
+  uri_origin_ = UriOrigin::kChangedInLocation;  // kChanged once the location is chosen for it
   run_from_server_rewrite();
   return true;
 }

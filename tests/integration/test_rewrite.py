@@ -2,7 +2,8 @@
 level before the location is chosen, at location level with `last` (search the location again), `break` (stay
 in the location with the new URI), no flag (go on with the next directive, then search again); $1..$9 and named
 groups in REPLACEMENT; the request's arguments kept, dropped by a final `?`, or appended after REPLACEMENT's own;
-redirects (`redirect`, `permanent`, a URL), with the arguments; the limit of 10 URI changes (500 and nginx's
+redirects (`redirect`, `permanent`, a URL), with the arguments; what proxy_pass sends upstream after a
+rewrite (the new URI; after `break` the whole of it, proxy_pass's own URI ignored); the limit of 10 URI changes (500 and nginx's
 error line); the configuration errors.
 
 Runs against nginx too (SUT=nginx): the same config, the same answers.
@@ -14,8 +15,20 @@ import pytest
 import sut
 
 
+def _echo_target(head: bytes) -> bytes:
+    target = head.split(b"\r\n", 1)[0].split(b" ")[1]
+    return b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(target), target)
+
+
 @pytest.fixture(scope="module")
-def srv(tmp_path_factory):
+def origin():
+    o = sut.AnsweringOrigin(_echo_target)
+    yield o
+    o.close()
+
+
+@pytest.fixture(scope="module")
+def srv(tmp_path_factory, origin):
     work = tmp_path_factory.mktemp("rewrite")
     www = work / "www"
     (www / "new").mkdir(parents=True)
@@ -52,6 +65,12 @@ def srv(tmp_path_factory):
             rewrite ^/args/own$ /echo/own?b=2 last;
             rewrite ^/args/own-only$ /echo/own?b=2? last;
         }}
+
+        location /api/ {{ rewrite ^/api/(.*)$ /v2/$1 break; proxy_pass http://127.0.0.1:{origin.port}; }}
+        location /apiu/ {{ rewrite ^/apiu/(.*)$ /v3/$1 break; proxy_pass http://127.0.0.1:{origin.port}/ignored/; }}
+        location /to-up/ {{ rewrite ^/to-up/(.*)$ /up/$1 last; }}
+        location /up/ {{ proxy_pass http://127.0.0.1:{origin.port}/base/; }}
+        location /raw/ {{ proxy_pass http://127.0.0.1:{origin.port}; }}
 
         location /redir/ {{ rewrite ^/redir/(.*)$ /echo/$1 redirect; }}
         location /perm/ {{ rewrite ^/perm/(.*)$ /echo/$1 permanent; }}
@@ -101,6 +120,18 @@ def test_break_stays_in_the_location_with_the_new_uri(srv):
     /break/ serves root + the new URI."""
     resp = _get(srv, "/break/file.txt")
     assert (resp.status, resp.body) == (200, b"new file\n"), resp
+
+
+@pytest.mark.parametrize("path, target", [
+    ("/api/users?id=1", b"/v2/users?id=1"),         # break: the new URI goes upstream
+    ("/api/a%20b", b"/v2/a%20b"),                  # escaped again
+    ("/apiu/a?x=1", b"/v3/a?x=1"),                 # break: proxy_pass's URI is ignored (nginx)
+    ("/to-up/x?q=1", b"/base/x?q=1"),              # last: the new location's prefix is replaced
+    ("/raw/a%41b?x=%20", b"/raw/a%41b?x=%20"),     # unchanged: the request's own target, as received
+])
+def test_what_goes_upstream_after_a_rewrite(srv, path, target):
+    resp = _get(srv, path)
+    assert (resp.status, resp.body) == (200, target), resp
 
 
 @pytest.mark.parametrize("path, status, location", [
