@@ -154,6 +154,19 @@ def test_redirects(srv, path, status, location):
         assert got is not None and got.endswith(location), resp
 
 
+def test_pipelined_requests_through_rewrites(srv):
+    """On one connection: a POST whose body a rewrite's redirect never reads, then requests that rewrite (last,
+    break to a file, no flag): each answered in order, the connection kept."""
+    data = (sut.build_request("POST", "/redir/x", body=b"abc", close=False)
+            + sut.build_request("GET", "/last/one/two", close=False)
+            + sut.build_request("GET", "/break/file.txt", close=False)
+            + sut.build_request("GET", "/noflag-search/z"))
+    ex = sut.exchange(srv.port, data, ["POST", "GET", "GET", "GET"])
+    got = [(r.status, r.body if r.status == 200 else b"") for r in ex.finals]
+    assert got == [(302, b""), (200, b"uri=/echo/two/one args= is_args=\n"), (200, b"new file\n"),
+                   (200, b"uri=/echo/z args= is_args=\n")], ex.finals
+
+
 def test_rewrite_cycle_is_a_500_with_nginx_error_line(srv):
     resp = _get(srv, "/loop/x")
     assert resp.status == 500, resp
