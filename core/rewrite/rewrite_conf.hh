@@ -49,6 +49,9 @@ struct RewriteConf {
   /// A redirect's Location is the two joined by `?`.
   std::shared_ptr<const config::Template> uri;
   std::shared_ptr<const config::Template> args;
+  /// Which segments of `args` are captures of `re` ($1..$9, its named groups): escaped as an argument's bytes
+  /// when the request's path was percent-encoded or held a '+' (nginx: "/s/a%26b" → `q=$1` is "q=a%26b").
+  std::vector<bool> args_captures;
   bool add_args = true;  // false when REPLACEMENT ends with `?`: the request's own arguments are dropped
 };
 

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "core/config/build.hh"
 #include "core/config/directive.hh"
@@ -112,6 +113,13 @@ bool set_rewrite(Builder& b, Scope& s, const Directive& d) {
   if (q != std::string::npos) {
     r.args = compile_arg(b, Arg{replacement.substr(q + 1), d.args[1].loc, d.args[1].quoted}, escape);
     if (!r.args) return false;
+    for (const TemplateSegment& seg : r.args->segments) {
+      bool capture = seg.is_variable && seg.var->name.size() == 1 && absl::ascii_isdigit(seg.var->name[0]);
+      for (const auto& group : r.re->NamedCapturingGroups()) {
+        capture = capture || (seg.is_variable && absl::EqualsIgnoreCase(group.first, seg.var->name));
+      }
+      r.args_captures.push_back(capture);
+    }
   }
   program(s).push_back(std::move(op));
   return true;

@@ -129,6 +129,38 @@ class Run {
     return out;
   }
 
+  // REPLACEMENT's arguments: its captures escaped as an argument's bytes (nginx's NGX_ESCAPE_ARGS: SP, '#', '%',
+  // '&', '+', ';', '?', controls and bytes >= 0x7f) when the request's path was percent-encoded or held a '+',
+  // so a decoded "%26" does not split an argument.
+  std::string expand_args(const RewriteConf& r) const {
+    const std::string_view path = ex_.request().path;
+    if (path.find_first_of("%+") == std::string_view::npos) return expand(*r.args);
+    std::string out;
+    std::string capture;
+    http::RequestVariables vars(ex_, ex_.core().reactor);
+    for (size_t i = 0; i < r.args->segments.size(); ++i) {
+      if (!r.args_captures[i]) {
+        config::expand_segment(*r.args, i, vars, out);
+        continue;
+      }
+      capture.clear();  // the value as it is: the escaping below covers the template's own (kUri)
+      const config::TemplateSegment& seg = r.args->segments[i];
+      vars.get(*seg.var, seg.text, capture);
+      for (char ch : capture) {
+        const auto c = static_cast<unsigned char>(ch);
+        if (c <= 0x20 || c >= 0x7f || c == '#' || c == '%' || c == '&' || c == '+' || c == ';' || c == '?') {
+          static constexpr char kHex[] = "0123456789ABCDEF";
+          out.push_back('%');
+          out.push_back(kHex[c >> 4]);
+          out.push_back(kHex[c & 0xf]);
+        } else {
+          out.push_back(ch);
+        }
+      }
+    }
+    return out;
+  }
+
   // Matches `re` on `subject`; on a match its groups become the request's captures (a regex without groups
   // leaves none, as nginx: `if ($arg_p ~ ^(\w+)$) { rewrite ^ /x/$1; }` has an empty $1).
   bool match(const re2::RE2& shared, std::string_view subject) {
@@ -172,7 +204,7 @@ class Run {
       // nginx's order: REPLACEMENT's own arguments, then the request's after `&` (or `?`).
       if (r.args != nullptr) {
         target.push_back('?');
-        target += expand(*r.args);
+        target += expand_args(r);
       }
       if (r.add_args && !own_args.empty()) {
         target.push_back(r.args != nullptr ? '&' : '?');
@@ -185,7 +217,7 @@ class Run {
     std::string args;
     const std::string* new_args = nullptr;
     if (r.args != nullptr) {
-      args = expand(*r.args);
+      args = expand_args(r);
       if (r.add_args && !own_args.empty()) {
         args.push_back('&');
         args.append(own_args);

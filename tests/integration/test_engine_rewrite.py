@@ -72,6 +72,8 @@ def srv(tmp_path_factory, origin):
         location /up/ {{ proxy_pass http://127.0.0.1:{origin.port}/base/; }}
         location /raw/ {{ proxy_pass http://127.0.0.1:{origin.port}; }}
 
+        location /search/ {{ rewrite ^/search/(.*)$ /echo/x?q=$1 last; }}
+        location /search-redir/ {{ rewrite ^/search-redir/(.*)$ /echo/$1?q=$1 redirect; }}
         location /redir/ {{ rewrite ^/redir/(.*)$ /echo/$1 redirect; }}
         location /perm/ {{ rewrite ^/perm/(.*)$ /echo/$1 permanent; }}
         location /url/ {{ rewrite ^/url/(.*)$ http://example.com/$1; }}
@@ -109,6 +111,12 @@ def _get(srv, path: str) -> sut.Response:
     ("/args/own?a=1", b"uri=/echo/own args=b=2&a=1 is_args=?\n"),
     ("/args/own", b"uri=/echo/own args=b=2 is_args=?\n"),
     ("/args/own-only?a=1", b"uri=/echo/own args=b=2 is_args=?\n"),
+    # a capture in the arguments is escaped when the request's path was percent-encoded or held a '+'
+    ("/search/a%26b", b"uri=/echo/x args=q=a%26b is_args=?\n"),
+    ("/search/a%20b", b"uri=/echo/x args=q=a%20b is_args=?\n"),
+    ("/search/a+b", b"uri=/echo/x args=q=a%2Bb is_args=?\n"),
+    ("/search/a&b", b"uri=/echo/x args=q=a&b is_args=?\n"),
+    ("/search/a%3Fb", b"uri=/echo/x args=q=a%3Fb is_args=?\n"),
 ])
 def test_internal_rewrites(srv, path, body):
     resp = _get(srv, path)
@@ -141,6 +149,8 @@ def test_what_goes_upstream_after_a_rewrite(srv, path, target):
     ("/url/some/where?q=1", 302, "http://example.com/some/where?q=1"),
     ("/redir-own/z?a=1", 301, "/echo/z?b=2&a=1"),
     ("/redir-drop/z?a=1", 302, "/echo/dropped"),
+    ("/search-redir/a%26b", 302, "/echo/a&b?q=a%26b"),
+    ("/search-redir/a%20b", 302, "/echo/a%20b?q=a%20b"),
 ])
 def test_redirects(srv, path, status, location):
     resp = _get(srv, path)
