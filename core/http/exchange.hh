@@ -156,6 +156,9 @@ class Exchange {
   /// the root, a NUL byte). The location is not searched again here: a REWRITE handler asks for that with
   /// PhaseResult::kFindConfig, and after SERVER_REWRITE the search is made for the new URI anyway.
   virtual bool set_uri(std::string uri, const std::string* args) { return false; }
+  /// Makes `loc` the request's location without a search (nginx's r->loc_conf = an `if` block's): the phases
+  /// after REWRITE, the content handler and the head filters use it. For the rewrite module's `if` blocks.
+  virtual void use_location(const config::LocationConf& loc) {}
   /// The groups of a match of `re` on `subject` become $1..$9 and the named-group variables, in place of the
   /// previous match's (nginx: every successful regex match with captures replaces them). `groups[i]` views into
   /// `subject` (a null data pointer: the group took no part); both are copied.

@@ -49,6 +49,7 @@ class HttpRequest : public Exchange {
   bool regex_capture(std::string_view group, std::string_view* out) const override;
   UriOrigin uri_origin() const override { return uri_origin_; }
   bool set_uri(std::string uri, const std::string* args) override;
+  void use_location(const config::LocationConf& loc) override { loc_ = &loc; }
   void set_captures(const re2::RE2& re, std::string_view subject, std::span<const std::string_view> groups) override;
   ResponseHead& head() override { return head_; }
   const ResponseHead& head() const override { return head_; }

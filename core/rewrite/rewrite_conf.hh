@@ -5,7 +5,8 @@
 // they were written: a server's in the SERVER_REWRITE phase, before any location is chosen; a location's in
 // the REWRITE phase, before access checks. The program is not inherited: it acts only in the block that has it
 // (nginx). An `if` block holds a program of its own, run when its condition holds, after which the enclosing
-// program goes on with the directive after the `if`.
+// program goes on with the directive after the `if`. A location's `if` may also hold other location directives
+// (Op::location); a server's holds only the rewrite module's (nginx).
 //
 // Variables: every `set $name VALUE` of the file declares $name before any directive is applied
 // (Module::predeclare, config::declare_variable), so a template may name it anywhere in the file (a log_format
@@ -79,6 +80,14 @@ struct Op {
   SetConf set;            // kSet
   Condition cond;         // kIf
   std::vector<Op> body;   // kIf: the block's own program
+  /// kIf in a location, with directives other than the rewrite module's (add_header, root, proxy_pass ...):
+  /// the block is a location of its own, merged from the enclosing one and kept out of the location search
+  /// (the enclosing location's `locations`, Match::kNone, `loc` = where the `if` is written). When the
+  /// condition holds it becomes the request's location (Exchange::use_location), as in nginx, for the rest of
+  /// the request. Set when the configuration is final (the rewrite module's finalize).
+  bool has_location = false;
+  config::SourceLoc at;                              // the `if` directive
+  const config::LocationConf* location = nullptr;
 };
 
 struct RewriteLocConf {

@@ -5,11 +5,14 @@
 // `invalid condition "X"`, `unexpected "X" in condition`; a regex RE2 cannot compile is `invalid regular
 // expression "X": ...`, as a location's.
 //
-// Inside `if`: `rewrite`, `return`, `set` and `break` (context kCtxIf). The other directives nginx allows
-// there (add_header, proxy_pass, ...) would need the `if` block to be a location of its own; kosoku refuses
-// them at load rather than ignore them, and refuses the file tests (`-f`, `-d`, `-e`, `-x`), which would need
-// the disk queue.
+// Inside a server's `if`: `rewrite`, `return`, `set` and `break` (context kCtxIf), as in nginx. A location's
+// `if` may hold the other location directives too (add_header, root, proxy_pass ...): the block is then a
+// location of its own (rewrite_conf.hh: Op::location). The file tests (`-f`, `-d`, `-e`, `-x`), which would
+// need the disk queue, are refused at load.
+#include <algorithm>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -239,25 +242,54 @@ bool parse_condition(Builder& b, const Directive& d, Condition& c) {
   return invalid_condition(b, first);
 }
 
-// The directives nginx allows inside `if` that kosoku does not (yet): named in the error instead of "not
-// allowed here", which would say nginx refuses them too.
-bool refuse_unsupported_in_if(Builder& b, const std::vector<Directive>& body) {
+// Whether the block holds a directive that is not the rewrite module's: then it is a location of its own.
+bool has_location_directives(const std::vector<Directive>& body) {
   for (const Directive& c : body) {
     const DirectiveSpec* row = find_directive(c.name, kCtxIf);
-    if (row == nullptr || (row->contexts & kCtxIf) != 0 || c.name == "if" || c.name == "location") continue;
-    if ((row->contexts & kCtxLocation) == 0) continue;  // refused by nginx too: "not allowed here"
-    return b.fail(c.loc, absl::StrCat(quoted(c.name),
-                                      " inside \"if\" is not supported by kosoku (only rewrite, return, set and "
-                                      "break are)"));
+    if (row == nullptr || (row->contexts & kCtxIf) == 0) return true;
   }
-  return true;
+  return false;
+}
+
+// The loading state: the `if` blocks being read as locations (an `if` or a `location` inside one is refused).
+struct IfScratch {
+  static constexpr ConfLevel kLevel = ConfLevel::kMain;
+  std::vector<const LocationConf*> blocks;
+};
+
+bool inside_if_block(Builder& b, const Scope& s) {
+  const std::vector<const LocationConf*>& blocks = b.scratch.get<IfScratch>().blocks;
+  return std::find(blocks.begin(), blocks.end(), s.loc) != blocks.end();
 }
 
 // `if (CONDITION) { ... }`: the block's directives form a program of their own (an `if` inside an `if` is
-// refused, as nginx does).
+// refused, as nginx does). In a location, a block with other directives is also a location (Op::location),
+// read in location context; a server's `if` holds only the rewrite module's directives (nginx).
 bool set_if(Builder& b, Scope& s, const Directive& d) {
-  Op op{.kind = Op::Kind::kIf};
-  if (!parse_condition(b, d, op.cond) || !refuse_unsupported_in_if(b, d.children)) return false;
+  if (s.ctx == kCtxLocation && inside_if_block(b, s)) return b.fail(d.loc, "\"if\" directive is not allowed here");
+  Op op{.kind = Op::Kind::kIf, .at = d.loc};
+  if (!parse_condition(b, d, op.cond)) return false;
+  if (s.ctx == kCtxLocation && has_location_directives(d.children)) {
+    for (const Directive& c : d.children) {
+      if (c.name == "location") return b.fail(c.loc, "\"location\" directive is not allowed here");
+    }
+    auto node = std::make_unique<LocNode>();
+    node->conf.match = LocationConf::Match::kNone;  // never found by a search
+    node->conf.pattern = s.loc->pattern;
+    node->conf.loc = d.loc;
+    b.scratch.get<IfScratch>().blocks.push_back(&node->conf);
+    Scope inner = s;
+    inner.loc = &node->conf;
+    inner.loc_node = node.get();
+    inner.seen = &node->seen;
+    if (!b.walk(inner, d.children)) return false;
+    op.body = std::move(program(inner));
+    program(inner).clear();
+    op.has_location = true;
+    s.loc_node->children.push_back(std::move(node));
+    program(s).push_back(std::move(op));
+    return true;
+  }
   LocationConf block;
   Seen seen;
   Scope inner = s;
@@ -265,8 +297,64 @@ bool set_if(Builder& b, Scope& s, const Directive& d) {
   inner.loc = &block;
   inner.seen = &seen;
   if (!b.walk(inner, d.children)) return false;
-  op.body = std::move(block.module<RewriteLocConf>().ops);
+  op.body = std::move(program(inner));
   program(s).push_back(std::move(op));
+  return true;
+}
+
+// The module that serves `loc` (config/module.hh: the first whose content predicate accepts it).
+const Module* content_of(const LocationConf& loc) {
+  for (const Module* m : modules()) {
+    if (m->content != nullptr && m->content(loc)) return m;
+  }
+  return nullptr;
+}
+
+// Whether every way through `body` ends in an answer or a new location: no `break`, no rewrite's `break`,
+// and a last `return`.
+bool always_leaves(const std::vector<Op>& body) {
+  for (const Op& op : body) {
+    if (op.kind == Op::Kind::kBreak) return false;
+    if (op.kind == Op::Kind::kRewrite && op.rewrite.flag == RewriteConf::Flag::kBreak) return false;
+  }
+  return !body.empty() && body.back().kind == Op::Kind::kReturn;
+}
+
+// Links each location `if` to its block's location. A block whose content would differ from its location's
+// must have a content directive of its own (proxy_pass ...) or always answer: nginx serves such a block with
+// the enclosing location's handler over the block's configuration, which kosoku's content handlers (each
+// reading its own module's part of the location) cannot do.
+bool link_if_blocks(Builder& b, std::vector<LocationConf>& locations) {
+  static const LocationConf kBare;
+  for (LocationConf& loc : locations) {
+    for (Op& op : loc.module<RewriteLocConf>().ops) {
+      if (op.kind != Op::Kind::kIf || !op.has_location) continue;
+      for (const LocationConf& child : loc.locations) {
+        if (child.match == LocationConf::Match::kNone && child.loc.file == op.at.file && child.loc.line == op.at.line &&
+            child.loc.col == op.at.col) {
+          op.location = &child;
+        }
+      }
+      if (op.location == nullptr) return b.fail(op.at, "internal error: the \"if\" block's location is missing");
+      const Module* block = content_of(*op.location);
+      const Module* outer = content_of(loc);
+      if (block != outer && block == content_of(kBare) && !always_leaves(op.body)) {
+        return b.fail(op.at, absl::StrCat("an \"if\" block with location directives in a location served by ",
+                                          quoted(outer != nullptr ? outer->name : "?"),
+                                          " needs a content directive of its own or a final \"return\" in kosoku "
+                                          "(it would be served by ",
+                                          quoted(block != nullptr ? block->name : "?"), ")"));
+      }
+    }
+    if (!link_if_blocks(b, loc.locations)) return false;
+  }
+  return true;
+}
+
+bool finalize(Builder& b) {
+  for (auto& srv : b.main->http.servers) {
+    if (!link_if_blocks(b, srv->locations)) return false;
+  }
   return true;
 }
 
@@ -287,7 +375,7 @@ constexpr DirectiveSpec kRewriteDirectives[] = {
 
 config::Module& module() {
   static config::Module m{.name = "rewrite", .directives = kRewriteDirectives, .predeclare = predeclare,
-                          .phases = phase_handlers()};
+                          .finalize = finalize, .phases = phase_handlers()};
   return m;
 }
 

@@ -7,7 +7,8 @@
 //                     `last` stops the program, `break` stops it and keeps the location, no flag goes on.
 //   set               gives the variable its value for the rest of the request.
 //   if                runs its block when the condition holds (a regex condition's captures become $1..$9),
-//                     then the program goes on after the block unless the block stopped it.
+//                     then the program goes on after the block unless the block stopped it; a block with
+//                     location directives becomes the request's location first (nginx's `if` location).
 //   break             stops the program (and, like a rewrite's `break`, keeps the location).
 //
 // In a location, a URI that a rewrite changed and no `break` kept is searched for again (PhaseResult::
@@ -107,7 +108,10 @@ class Run {
           http::module_ctx<RewriteCtx>(ex_, module()).assign(op.set.name, expand(*op.set.value));
           break;
         case Op::Kind::kIf:
-          if (holds(op.cond)) step = run(op.body);
+          if (holds(op.cond)) {
+            if (op.location != nullptr) ex_.use_location(*op.location);
+            step = run(op.body);
+          }
           break;
         case Op::Kind::kBreak:
           uri_changed_ = false;

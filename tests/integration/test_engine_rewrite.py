@@ -71,6 +71,8 @@ def srv(tmp_path_factory, origin):
         location /to-up/ {{ rewrite ^/to-up/(.*)$ /up/$1 last; }}
         location /up/ {{ proxy_pass http://127.0.0.1:{origin.port}/base/; }}
         location /raw/ {{ proxy_pass http://127.0.0.1:{origin.port}; }}
+        location /ifpass/ {{ if ($arg_o) {{ proxy_pass http://127.0.0.1:{origin.port}; }} }}
+        location /ifpass-return/ {{ if ($arg_o) {{ proxy_pass http://127.0.0.1:{origin.port}; }} return 200 "local\\n"; }}
 
         location /search/ {{ rewrite ^/search/(.*)$ /echo/x?q=$1 last; }}
         location /search-redir/ {{ rewrite ^/search-redir/(.*)$ /echo/$1?q=$1 redirect; }}
@@ -140,6 +142,13 @@ def test_break_stays_in_the_location_with_the_new_uri(srv):
 def test_what_goes_upstream_after_a_rewrite(srv, path, target):
     resp = _get(srv, path)
     assert (resp.status, resp.body) == (200, target), resp
+
+
+def test_proxy_pass_inside_if(srv):
+    """An `if` block's own proxy_pass serves the request when the condition holds; a `return` after the block
+    still runs (the enclosing location's directives go on after it, as in nginx)."""
+    assert (_get(srv, "/ifpass/x?o=1").body, _get(srv, "/ifpass/x").status) == (b"/ifpass/x?o=1", 404)
+    assert _get(srv, "/ifpass-return/x?o=1").body == b"local\n"
 
 
 @pytest.mark.parametrize("path, status, location", [

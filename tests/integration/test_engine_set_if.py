@@ -5,8 +5,10 @@ a block run in one list, interleaved, a server's before any location is chosen; 
 `=`, `!=`, `~`, `~*`, `!~`, `!~*` with their captures as $1..$9 and named groups; `break` stopping the list;
 `rewrite_log`; the configuration errors.
 
-Runs against nginx too (SUT=nginx), but for the two things kosoku refuses at load that nginx has (file tests
-and the non-rewrite directives inside `if`).
+A location's `if` with other directives (add_header, root ...) is a location of its own, as nginx's.
+
+Runs against nginx too (SUT=nginx), but for what kosoku refuses at load that nginx has (file tests, and an `if`
+block with location directives that would need the enclosing location's content handler).
 """
 from __future__ import annotations
 
@@ -23,6 +25,9 @@ def srv(tmp_path_factory):
     www = work / "www"
     (www / "brk").mkdir(parents=True)
     (www / "brk" / "index.html").write_text("brk index\n")
+    for d, text in (("ifstatic", "ifstatic\n"), ("ifroot", "main root\n"), ("alt/ifroot", "alt root\n")):
+        (www / d).mkdir(parents=True)
+        (www / d / "index.html").write_text(text)
     port = sut.free_port()
     conf = f"""
     log_format setvars '$uri lv=[$logged]';
@@ -62,6 +67,13 @@ def srv(tmp_path_factory):
             add_header X-V $v always;
             return 200 "v=$v\\n";
         }}
+        location /cors/ {{
+            if ($request_method = OPTIONS) {{ add_header X-Cors preflight always; return 204; }}
+            add_header X-Cors normal always;
+            return 200 "get\\n";
+        }}
+        location /ifstatic/ {{ add_header X-Outer outer; if ($arg_v) {{ add_header X-If yes; }} }}
+        location /ifroot/ {{ if ($arg_alt) {{ root {www}/alt; }} }}
         location /brk-rewrite/ {{ rewrite ^ /echo/never last; }}
         location = /c/true {{ if ($arg_v) {{ return 200 "yes\\n"; }} return 200 "no\\n"; }}
         location = /c/eq {{ if ($arg_v = abc) {{ return 200 "yes\\n"; }} return 200 "no\\n"; }}
@@ -169,6 +181,22 @@ def test_if_conditions(srv, path, headers, body):
     assert (resp.status, resp.body) == (200, body), resp
 
 
+def test_location_directives_inside_if(srv):
+    """A location's `if` block with other directives is a location of its own, merged from the enclosing one:
+    its add_header list replaces the enclosing one's, its root serves the files; when the condition does not
+    hold, the enclosing location's."""
+    resp = sut.request(srv.port, "OPTIONS", "/cors/")
+    assert (resp.status, resp.header_list("X-Cors")) == (204, ["preflight"]), resp
+    resp = _get(srv, "/cors/")
+    assert (resp.status, resp.body, resp.header_list("X-Cors")) == (200, b"get\n", ["normal"]), resp
+    resp = _get(srv, "/ifstatic/")
+    assert (resp.status, resp.body, resp.header("X-Outer"), resp.header("X-If")) == (200, b"ifstatic\n", "outer", None)
+    resp = _get(srv, "/ifstatic/?v=1")
+    assert (resp.status, resp.body, resp.header("X-Outer"), resp.header("X-If")) == (200, b"ifstatic\n", None, "yes")
+    assert _get(srv, "/ifroot/").body == b"main root\n"
+    assert _get(srv, "/ifroot/?alt=1").body == b"alt root\n"
+
+
 def test_rewrite_log(srv):
     assert _get(srv, "/logged/a").body == b"uri=/echo/a args=\n"
     assert '"^/logged/(.*)$" matches "/logged/a"' in srv.error_log()
@@ -188,6 +216,10 @@ def _check(tmp_path, name: str, server_body: str) -> tuple[int, str, sut.ServerP
     ("if ($arg_a ~~ x) { return 204; }", 'unexpected "~~" in condition'),
     ("if ($arg_a) { if ($arg_b) { return 204; } }", '"if" directive is not allowed here'),
     ("if ($arg_a) { location /x { } }", '"location" directive is not allowed here'),
+    ("location /l { if ($arg_a) { location /l/x { } } }", '"location" directive is not allowed here'),
+    ("location /l { if ($arg_a) { add_header X 1; if ($arg_b) { return 204; } } }",
+     '"if" directive is not allowed here'),
+    ("if ($arg_a) { add_header X 1; }", '"add_header" directive is not allowed here'),
     ("if ($arg_a) return 204;", 'directive "if" has no opening "{"'),
     ("break 1;", 'invalid number of arguments in "break" directive'),
     ("rewrite_log maybe;", 'invalid value "maybe" in "rewrite_log" directive, it must be "on" or "off"'),
@@ -204,10 +236,12 @@ def test_configuration_errors(tmp_path, line, message):
      'the file test "-f" in "if" is not supported by kosoku yet (it would need the disk queue); '
      'try_files does the same check'),
     ("if (!-d $uri) { return 204; }", 'the file test "!-d" in "if" is not supported by kosoku yet'),
-    ("location / { if ($arg_a) { add_header X-A 1; } }",
-     '"add_header" inside "if" is not supported by kosoku (only rewrite, return, set and break are)'),
+    ("location / { if ($arg_a) { add_header X-A 1; } proxy_pass http://127.0.0.1:9; }",
+     'an "if" block with location directives in a location served by "proxy" needs a content directive of its '
+     'own or a final "return" in kosoku (it would be served by "static")'),
 ])
 def test_what_kosoku_refuses_inside_if(tmp_path, line, message):
-    sut.nginx_deviation("nginx has file tests and location directives inside if; kosoku refuses them at load")
+    sut.nginx_deviation("nginx has file tests, and serves an if block with the enclosing location's handler over "
+                        "the block's configuration; kosoku refuses them at load")
     code, msg, p = _check(tmp_path, "gap", f"        {line}")
     assert code != 0 and message in msg and f"{p.conf_path}:" in msg, msg
