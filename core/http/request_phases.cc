@@ -45,8 +45,8 @@ void HttpRequest::run_phases() {
 }
 
 void HttpRequest::run_from_server_rewrite() {
-  // SERVER_REWRITE: the modules' handlers (a server-level `return`, core/rewrite/, answers before any location
-  // is chosen).
+  // SERVER_REWRITE: the modules' handlers (a server's rewrite directives, core/rewrite/, before any location is
+  // chosen: they may answer, or change the URI the location is then searched for).
   if (run_module_phases(Phase::kServerRewrite) == PhaseResult::kDone) return;
   find_config();
   run_from_location();

@@ -30,6 +30,9 @@ class RE2;
 
 namespace kosoku::rewrite {
 
+/// The codes whose `return` is a redirect to its URL.
+inline bool is_redirect(int code) { return code == 301 || code == 302 || code == 303 || code == 307 || code == 308; }
+
 /// `return CODE [TEXT|URL];` / `return URL;`.
 struct ReturnConf {
   int code = 0;          // 301/302/303/307/308: a redirect to `text`; else `text` is the body

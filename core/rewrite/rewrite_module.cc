@@ -33,8 +33,6 @@ using namespace config;  // the directive-table vocabulary
 
 constexpr uint32_t kCtxRewrite = kCtxServer | kCtxLocation | kCtxIf;
 
-bool is_redirect(int code) { return code == 301 || code == 302 || code == 303 || code == 307 || code == 308; }
-
 bool is_url(std::string_view v) {
   return v.rfind("http://", 0) == 0 || v.rfind("https://", 0) == 0 || v.rfind("$scheme", 0) == 0;
 }

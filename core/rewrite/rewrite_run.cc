@@ -55,8 +55,6 @@ struct RewriteCtx final : http::RequestCtx {
   }
 };
 
-bool is_redirect(int code) { return code == 301 || code == 302 || code == 303 || code == 307 || code == 308; }
-
 // nginx's ngx_http_set_content_type: the MIME type of $uri's extension in the location's `types`, else
 // default_type.
 std::string_view content_type_for_uri(const http::Exchange& ex) {
