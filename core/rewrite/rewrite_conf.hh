@@ -72,6 +72,7 @@ struct Condition {
   std::shared_ptr<const config::Template> subject;  // the `$var` operand
   std::shared_ptr<const config::Template> operand;  // `= STRING` / `!= STRING` (may contain variables)
   std::shared_ptr<const re2::RE2> re;               // `~`, `~*`, `!~`, `!~*`
+  std::string pattern;                              // the regex as written (for rewrite_log)
 };
 
 /// One directive of a program.
@@ -96,7 +97,7 @@ struct Op {
 struct RewriteLocConf {
   static constexpr config::ConfLevel kLevel = config::ConfLevel::kLocation;
   std::vector<Op> ops;  // the block's program (not inherited)
-  bool log = false;     // rewrite_log: each rewrite's match or mismatch at `notice` (inherited)
+  bool log = false;     // rewrite_log: each rewrite's and `if` regex's match or mismatch at `notice` (inherited)
   bool uninitialized_variable_warn = true;  // a `set` variable read before any value: a `warn` line (inherited)
 };
 

@@ -224,6 +224,7 @@ bool parse_condition(Builder& b, const Directive& d, Condition& c) {
       if (!re) return false;
       declare_groups(*re);
       c.re = std::move(re);
+      c.pattern = operand.value;
       return true;
     }
     return b.fail(op.loc, absl::StrCat("unexpected ", quoted(op.value), " in condition"));

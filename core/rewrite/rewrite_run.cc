@@ -165,12 +165,18 @@ class Run {
 
   // Matches `re` on `subject`; on a match its groups become the request's captures (a regex without groups
   // leaves none, as nginx: `if ($arg_p ~ ^(\w+)$) { rewrite ^ /x/$1; }` has an empty $1).
-  bool match(const re2::RE2& shared, std::string_view subject) {
+  // With rewrite_log, the result is a `notice` line (nginx's `"REGEX" matches "SUBJECT"`).
+  bool match(const re2::RE2& shared, std::string_view pattern, std::string_view subject) {
     const re2::RE2& re = config::per_core_regex(shared);
     const int n = re.NumberOfCapturingGroups() + 1;
     absl::InlinedVector<re2::StringPiece, 10> groups(static_cast<size_t>(n));
     const re2::StringPiece text(subject.data(), subject.size());
-    if (!re.Match(text, 0, text.size(), re2::RE2::UNANCHORED, groups.data(), n)) return false;
+    const bool matched = re.Match(text, 0, text.size(), re2::RE2::UNANCHORED, groups.data(), n);
+    if (conf_.log) {
+      KOSOKU_LOG(kNotice, "\"%s\" %s \"%s\"", base::log_escaped(pattern), matched ? "matches" : "does not match",
+                 base::log_escaped(subject));
+    }
+    if (!matched) return false;
     absl::InlinedVector<std::string_view, 10> views(groups.size());
     for (size_t i = 0; i < groups.size(); ++i) views[i] = std::string_view(groups[i].data(), groups[i].size());
     ex_.set_captures(re, subject, views);
@@ -194,12 +200,7 @@ class Run {
 
   Step rewrite(const RewriteConf& r) {
     const std::string uri(ex_.uri());  // a copy: the match's captures view it until set_captures copied them
-    const bool matched = match(*r.re, uri);
-    if (conf_.log) {
-      KOSOKU_LOG(kNotice, "\"%s\" %s \"%s\"", base::log_escaped(r.pattern), matched ? "matches" : "does not match",
-                 base::log_escaped(uri));
-    }
-    if (!matched) return Step::kNext;
+    if (!match(*r.re, r.pattern, uri)) return Step::kNext;
     std::string target = expand(*r.uri);
     const std::string_view own_args = ex_.args();
     if (r.status != 0) {
@@ -252,9 +253,9 @@ class Run {
       case Condition::Kind::kNotEqual:
         return value != expand(*c.operand);
       case Condition::Kind::kMatch:
-        return match(*c.re, value);
+        return match(*c.re, c.pattern, value);
       case Condition::Kind::kNotMatch:
-        return !match(*c.re, value);
+        return !match(*c.re, c.pattern, value);
     }
     return false;
   }

@@ -198,8 +198,12 @@ def test_location_directives_inside_if(srv):
 
 
 def test_rewrite_log(srv):
+    """rewrite_log (here the server's, inherited): rewrite and `if` regexes, matching or not, at `notice`."""
     assert _get(srv, "/logged/a").body == b"uri=/echo/a args=\n"
-    assert '"^/logged/(.*)$" matches "/logged/a"' in srv.error_log()
+    assert _get(srv, "/c/nre?v=12a").body == b"not a number\n"
+    log = srv.error_log()
+    assert '"^/logged/(.*)$" matches "/logged/a"' in log, log[-2000:]
+    assert '"^[0-9]+$" does not match "12a"' in log, log[-2000:]
 
 
 def _check(tmp_path, name: str, server_body: str) -> tuple[int, str, sut.ServerProcess]:
