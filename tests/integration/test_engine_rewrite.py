@@ -56,6 +56,10 @@ def srv(tmp_path_factory, origin):
         location /named/ {{ rewrite "^/named/(?<id>[0-9]+)/(?<rest>.*)$" /cap/id-$id/$rest last; }}
         location /chain/ {{ rewrite ^/chain/a$ /chain/b last; rewrite ^/chain/b$ /chain/c last;
                              rewrite ^/chain/c$ /echo/chained last; }}
+        location /outer/ {{
+            rewrite ^ /echo/outer last;
+            location /outer/inner/ {{ return 200 "inner $uri\\n"; }}
+        }}
         location /keepcap/ {{ rewrite ^/keepcap/(.*)$ /cap/$1 last; }}
         location /loop/ {{ rewrite ^/loop/(.*)$ /loop/$1 last; }}
 
@@ -105,6 +109,9 @@ def _get(srv, path: str) -> sut.Response:
     ("/twice/z", b"uri=/echo/z-twice args= is_args=\n"),
     ("/named/42/more/path", b"uri=/cap/id-42/more/path 1=42 2=more/path\n"),
     ("/chain/a", b"uri=/echo/chained args= is_args=\n"),
+    # a location's rewrite directives are not inherited by the locations inside it
+    ("/outer/x", b"uri=/echo/outer args= is_args=\n"),
+    ("/outer/inner/x", b"inner /outer/inner/x\n"),
     # a prefix location keeps the captures of the rewrite that led there (nginx)
     ("/keepcap/x/y", b"uri=/cap/x/y 1=x/y 2=\n"),
     # the request's arguments: kept, dropped by a last `?`, after REPLACEMENT's own
@@ -123,6 +130,14 @@ def _get(srv, path: str) -> sut.Response:
 def test_internal_rewrites(srv, path, body):
     resp = _get(srv, path)
     assert (resp.status, resp.body) == (200, body), resp
+
+
+def test_head_through_a_rewrite(srv):
+    resp = sut.request(srv.port, "HEAD", "/perm/y")
+    assert (resp.status, resp.body) == (301, b""), resp
+    assert resp.header("Location").endswith("/echo/y"), resp
+    resp = sut.request(srv.port, "HEAD", "/break/file.txt")
+    assert (resp.status, resp.header("Content-Length"), resp.body) == (200, "9", b""), resp
 
 
 def test_break_stays_in_the_location_with_the_new_uri(srv):
