@@ -31,7 +31,7 @@ std::span<Module* const> modules() {
         &http::variables_module(),  // $uri, $host, $http_NAME, $status, ...
         &map::module(),       // map { } (its variables resolve in every template after it)
         &access_log::module(),  // access_log, log_format
-        &rewrite::module(),   // return (SERVER_REWRITE, REWRITE phases)
+        &rewrite::module(),   // return, rewrite, set, if, break (SERVER_REWRITE, REWRITE phases)
         &access::module(),    // allow, deny (ACCESS phase)
         &headers::module(),   // expires, add_header (response head filters)
         &charset::module(),   // charset, charset_types (a response head filter)

@@ -30,6 +30,8 @@ enum Context : uint32_t {
   kCtxAppliance = 1u << 5,  // appliance { }
   kCtxUpstream = 1u << 6,   // upstream NAME { } (http; core/proxy/)
   kCtxDpdk = 1u << 7,       // dpdk { } (main)
+  kCtxIf = 1u << 8,         // if (...) { } of a server, or of a location holding only rewrite directives
+                            // (core/rewrite/; a location's other `if` blocks are read as locations)
 };
 inline constexpr uint32_t kCtxHttpAny = kCtxHttp | kCtxServer | kCtxLocation;
 inline constexpr uint32_t kCtxServerAny = kCtxServer | kCtxLocation;

@@ -26,6 +26,10 @@
 #include "core/config/build.hh"
 #include "core/config/values.hh"
 
+namespace re2 {
+class RE2;
+}
+
 namespace kosoku::config {
 
 /// Argument count: min..max words after the name (nginx's NGX_CONF_NOARGS / TAKE1 / TAKE12 / 1MORE ...).
@@ -136,6 +140,10 @@ bool parse_flag_arg(Builder& b, const Directive& d, size_t arg, bool* out);
 /// Compiles argument `a` as a string with variables (config/variables.hh) whose values get `escape`; null with
 /// the error recorded at `a`'s location (the first error of the build is kept).
 std::shared_ptr<const Template> compile_arg(Builder& b, const Arg& a, LogEscape escape = LogEscape::kNone);
+
+/// Compiles a configuration regex (nginx's `(?<name>` spelling accepted: re2_spelling), case-insensitive when
+/// `caseless`; null with `invalid regular expression "P": REASON` recorded at `loc`.
+std::shared_ptr<re2::RE2> compile_regex(Builder& b, std::string_view pattern, bool caseless, const SourceLoc& loc);
 
 /// `NAME on|off;`
 template <auto M>

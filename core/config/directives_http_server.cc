@@ -117,19 +117,6 @@ bool set_listen(Builder& b, Scope& s, const Directive& d) {
   return true;
 }
 
-std::shared_ptr<re2::RE2> compile_regex(Builder& b, std::string_view pattern, bool caseless, const SourceLoc& loc) {
-  re2::RE2::Options o;
-  o.set_log_errors(false);
-  o.set_case_sensitive(!caseless);
-  const std::string spelled = re2_spelling(pattern);
-  auto re = std::make_shared<re2::RE2>(re2::StringPiece(spelled.data(), spelled.size()), o);
-  if (!re->ok()) {
-    b.fail(loc, absl::StrCat("invalid regular expression ", quoted(pattern), ": ", re->error()));
-    return nullptr;
-  }
-  return re;
-}
-
 // `server_name NAME...;` exact names, `*.example.com`, `.example.com`, `www.example.*`, `~REGEX`, `""`,
 // `$hostname`. Non-regex names are lower-cased. Regexes are case-insensitive (nginx compiles server-name
 // regexes with NGX_REGEX_CASELESS).

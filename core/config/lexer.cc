@@ -123,7 +123,8 @@ bool Lexer::read_quoted(Token* tok, std::string* error) {
   advance();  // the closing quote
   if (!at_end()) {
     char c = peek();
-    if (!is_space(c) && c != ';' && c != '{') {
+    // `)` may follow (nginx: `if ($x ~ "^a b$")`); it starts the next word.
+    if (!is_space(c) && c != ';' && c != '{' && c != ')') {
       *error = format_diag(here(), absl::StrCat("unexpected \"", std::string(1, text_[pos_]), "\""));
       return false;
     }

@@ -8,7 +8,8 @@
 //     (so `${var}` and `a}b` are single words; a `}` token only starts where a token may start);
 //   - `#` starts a comment only where a token may start (`a#b` is one word);
 //   - `"..."` and `'...'` quote a word only where a token may start; after the closing quote the next byte
-//     must be whitespace, `;` or `{` (else `unexpected "X"`);
+//     must be whitespace, `;`, `{` or `)` (else `unexpected "X"`); a `)` there starts the next word, so the
+//     closing parenthesis of `if ($x ~ "a b")` is a word of its own;
 //   - `{` right after `$` belongs to the word (`${name}` variables stay intact);
 //   - `\` makes the next byte ordinary for splitting (in and out of quotes); then, in every word,
 //     `\"` `\'` `\\` become `"` `'` `\`, and `\t` `\r` `\n` become TAB, CR, LF; any other `\x` is kept as is

@@ -10,6 +10,7 @@
 #include "core/config/module.hh"
 #include "core/config/parser.hh"
 #include "core/config/variables.hh"
+#include "re2/re2.h"
 
 namespace kosoku::config {
 
@@ -120,6 +121,19 @@ std::shared_ptr<const Template> compile_arg(Builder& b, const Arg& a, LogEscape 
   return std::make_shared<const Template>(std::move(t));
 }
 
+std::shared_ptr<re2::RE2> compile_regex(Builder& b, std::string_view pattern, bool caseless, const SourceLoc& loc) {
+  re2::RE2::Options o;
+  o.set_log_errors(false);
+  o.set_case_sensitive(!caseless);
+  const std::string spelled = re2_spelling(pattern);
+  auto re = std::make_shared<re2::RE2>(re2::StringPiece(spelled.data(), spelled.size()), o);
+  if (!re->ok()) {
+    b.fail(loc, absl::StrCat("invalid regular expression ", quoted(pattern), ": ", re->error()));
+    return nullptr;
+  }
+  return re;
+}
+
 bool parse_flag_arg(Builder& b, const Directive& d, size_t arg, bool* out) {
   const std::string& v = d.args[arg].value;
   if (v == "on") {
@@ -156,6 +170,9 @@ LoadResult load_text(std::string_view text, const std::string& file, const LoadO
   b.resolve_names = opts.resolve_names;
   b.main->file = file;
   b.main->text = std::string(text);
+  for (const Module* m : modules()) {
+    if (m->predeclare != nullptr) m->predeclare(tree);
+  }
   Scope top;
   top.ctx = kCtxMain;
   top.main = b.main.get();

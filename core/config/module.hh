@@ -14,6 +14,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "core/config/variables.hh"
 #include "core/http/phase.hh"
@@ -26,6 +27,7 @@ class ModuleCore;
 namespace kosoku::config {
 
 class Builder;
+struct Directive;
 struct DirectiveSpec;
 struct LocationConf;
 
@@ -33,6 +35,10 @@ struct Module {
   std::string_view name;  // "proxy", "cache" ... (for logs and tests)
   /// The directives this module owns (may be empty).
   std::span<const DirectiveSpec> directives;
+  /// Before any directive is applied, with the whole parsed file (includes spliced in): declares the variables
+  /// the module's directives will define (config::declare_variable), so that a template may name one before
+  /// the directive that defines it, as nginx resolves variables once the file is read. Null: nothing to declare.
+  void (*predeclare)(const std::vector<Directive>& tree) = nullptr;
   /// After the whole file is read and merged down: resolve names, check combinations, build derived data.
   /// False with the error recorded in the Builder (b.fail).
   bool (*finalize)(Builder& b) = nullptr;

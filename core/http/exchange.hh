@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -16,6 +17,9 @@
 #include "core/http/parser.hh"
 #include "core/net/shared_buffer.hh"
 
+namespace re2 {
+class RE2;
+}
 namespace kosoku::disk {
 class DiskQueue;
 class OpenFileCache;
@@ -136,6 +140,29 @@ class Exchange {
   /// A group of the regex that chose the location (`location ~`): `group` is "1".."9" (nginx's $1..$9) or the
   /// name of a named group (`(?P<name>...)`). False when no regex chose it or the group took no part.
   virtual bool regex_capture(std::string_view group, std::string_view* out) const { return false; }
+
+  /// Where $uri comes from (nginx's valid_unparsed_uri and valid_location), for what is sent upstream:
+  ///   kAsReceived          the request's own path;
+  ///   kChanged             a rewrite or an internal redirect made it, and the location was chosen for it;
+  ///   kChangedInLocation   a rewrite made it and the location stayed the one chosen for the URI before
+  ///                        (`break`): the location's prefix says nothing about it.
+  enum class UriOrigin : uint8_t { kAsReceived, kChanged, kChangedInLocation };
+  virtual UriOrigin uri_origin() const { return UriOrigin::kAsReceived; }
+
+  // Changing the request (the rewrite module: rewrite, `if` regexes).
+  /// Makes `uri` the request's $uri and, when `args` is given, `args` its $args (empty: no query). The URI is
+  /// taken as written, not percent-decoded (nginx's rewrite); one with a "." or ".." segment is normalised as a
+  /// request's path. False, with nothing changed, when it cannot be made safe to map onto a root (a ".." above
+  /// the root, a NUL byte). The location is not searched again here: a REWRITE handler asks for that with
+  /// PhaseResult::kFindConfig, and after SERVER_REWRITE the search is made for the new URI anyway.
+  virtual bool set_uri(std::string uri, const std::string* args) { return false; }
+  /// Makes `loc` the request's location without a search (nginx's r->loc_conf = an `if` block's): the phases
+  /// after REWRITE, the content handler and the head filters use it. For the rewrite module's `if` blocks.
+  virtual void use_location(const config::LocationConf& loc) {}
+  /// The groups of a match of `re` on `subject` become $1..$9 and the named-group variables, in place of the
+  /// previous match's (nginx: every successful regex match with captures replaces them). `groups[i]` views into
+  /// `subject` (a null data pointer: the group took no part); both are copied.
+  virtual void set_captures(const re2::RE2& re, std::string_view subject, std::span<const std::string_view> groups) {}
 
   // Response.
   virtual ResponseHead& head() = 0;

@@ -34,7 +34,8 @@ void HttpRequest::release_head() {
   req_ = Request{};  // no view into the bytes freed below
   if (fields_ != nullptr) srv_.give_fields(std::move(fields_));
   // Assigning an empty string keeps the capacity: swap with one instead.
-  for (std::string* s : {&head_buf_, &uri_, &host_lower_}) std::string().swap(*s);
+  for (std::string* s : {&head_buf_, &uri_, &host_lower_, &redirect_args_, &capture_text_}) std::string().swap(*s);
+  captures_.clear();
   { ResponseHead last = std::move(head_); }  // moved from: its strings' buffers go with `last`
   head_ = ResponseHead{};
 }

@@ -47,6 +47,10 @@ class HttpRequest : public Exchange {
   std::string_view host() const override { return host_lower_; }
   uint64_t request_length() const override { return head_bytes_; }
   bool regex_capture(std::string_view group, std::string_view* out) const override;
+  UriOrigin uri_origin() const override { return uri_origin_; }
+  bool set_uri(std::string uri, const std::string* args) override;
+  void use_location(const config::LocationConf& loc) override { loc_ = &loc; }
+  void set_captures(const re2::RE2& re, std::string_view subject, std::span<const std::string_view> groups) override;
   ResponseHead& head() override { return head_; }
   const ResponseHead& head() const override { return head_; }
   std::unique_ptr<ContentState>& state() override { return content_; }
@@ -122,7 +126,8 @@ class HttpRequest : public Exchange {
   bool wrote_by_ref_ = false;
 
  private:
-  bool run_module_phases(Phase phase);
+  /// The phase's handlers in order until one answers (kDone) or asks for the location again (kFindConfig).
+  PhaseResult run_module_phases(Phase phase);
   /// SERVER_REWRITE through CONTENT for the current URI (the phases after POST_READ, where an internal
   /// redirect starts again, as nginx's ngx_http_internal_redirect).
   void run_from_server_rewrite();
@@ -135,12 +140,21 @@ class HttpRequest : public Exchange {
   bool location_chosen_ = false;  // FIND_CONFIG ran: error_page may apply
   bool error_redirected_ = false;  // an error_page redirect happened: no second one (recursive_error_pages off)
   int err_status_ = 0;             // the status of an error_page redirect's answer (0: the target's own)
-  std::string redirect_args_;      // the query an error_page URI gave (req_.query views it)
-  /// The groups of the regex location that matched uri_ (FIND_CONFIG): offset and length in uri_, -1: none.
+  std::string redirect_args_;      // the query an error_page URI or a rewrite gave (req_.query views it)
+  /// URI changes left (nginx's NGX_HTTP_MAX_URI_CHANGES + 1): a REWRITE handler's kFindConfig takes one; at 0
+  /// the request is a "rewrite or internal redirection cycle" (500).
+  int uri_changes_ = 11;
+  UriOrigin uri_origin_ = UriOrigin::kAsReceived;
+  /// FIND_CONFIG: the location for uri_ (and its captures); a changed URI is then kChanged.
+  void find_config();
+  /// The groups of the last regex match with captures (a regex location at FIND_CONFIG, a rewrite, an `if`):
+  /// offset and length in capture_text_, -1: none.
   std::vector<std::pair<int32_t, int32_t>> captures_;
+  std::string capture_text_;              // the string that regex matched
   const re2::RE2* capture_re_ = nullptr;  // the regex captures_ come from (its named groups)
-  /// FIND_CONFIG's captures for a regex location with groups (a second match, with groups, of the one
-  /// find_location made); none for any other location.
+  /// FIND_CONFIG's captures for a regex location (a second match, with groups, of the one find_location
+  /// made; none for a regex without groups); any other location keeps the captures an earlier match (a
+  /// rewrite's) made, as nginx does.
   void match_captures();
 };
 

@@ -27,6 +27,10 @@ enum class Phase : uint8_t {
 enum class PhaseResult : uint8_t {
   kNext,  // go on with the next handler
   kDone,  // the handler answered the request (or will): stop here
+  /// REWRITE only: the handler changed the URI (Exchange::set_uri); the location is searched again for it and
+  /// REWRITE runs in the new location (nginx's POST_REWRITE → FIND_CONFIG), at most 10 times per request.
+  /// Elsewhere it means kNext.
+  kFindConfig,
 };
 
 struct PhaseHandler {

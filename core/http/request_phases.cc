@@ -19,11 +19,12 @@
 
 namespace kosoku::http {
 
-bool HttpRequest::run_module_phases(Phase phase) {
+PhaseResult HttpRequest::run_module_phases(Phase phase) {
   for (const PhaseHandler& h : srv_.phase_handlers(phase)) {
-    if (h.run(*this) == PhaseResult::kDone) return true;
+    const PhaseResult r = h.run(*this);
+    if (r == PhaseResult::kDone || (r == PhaseResult::kFindConfig && phase == Phase::kRewrite)) return r;
   }
-  return false;
+  return PhaseResult::kNext;
 }
 
 void HttpRequest::run_phases() {
@@ -39,18 +40,22 @@ void HttpRequest::run_phases() {
     return;
   }
   // POST_READ, then the rest.
-  if (run_module_phases(Phase::kPostRead)) return;
+  if (run_module_phases(Phase::kPostRead) == PhaseResult::kDone) return;
   run_from_server_rewrite();
 }
 
 void HttpRequest::run_from_server_rewrite() {
-  // SERVER_REWRITE: the modules' handlers (a server-level `return`, core/rewrite/, answers before any location
-  // is chosen).
-  if (run_module_phases(Phase::kServerRewrite)) return;
-  // FIND_CONFIG: the location.
-  loc_ = server_->find_location(uri_);
-  match_captures();
+  // SERVER_REWRITE: the modules' handlers (a server's rewrite directives, core/rewrite/, before any location is
+  // chosen: they may answer, or change the URI the location is then searched for).
+  if (run_module_phases(Phase::kServerRewrite) == PhaseResult::kDone) return;
+  find_config();
   run_from_location();
+}
+
+void HttpRequest::find_config() {
+  loc_ = server_->find_location(uri_);
+  if (uri_origin_ == UriOrigin::kChangedInLocation) uri_origin_ = UriOrigin::kChanged;
+  match_captures();
 }
 
 void HttpRequest::run_from_location() {
@@ -75,10 +80,22 @@ void HttpRequest::run_from_location() {
   // permission to send it gets its answer and a close; any other unread body is discarded after the response.
   if (req_.body != BodyFraming::kNone && req_.expect_100_continue) keep_alive_ = false;
 
-  // REWRITE, ACCESS and PRE_CONTENT: the modules' handlers (a location's `return`: core/rewrite/; allow/deny:
-  // core/access/).
-  if (run_module_phases(Phase::kRewrite) || run_module_phases(Phase::kAccess) ||
-      run_module_phases(Phase::kPreContent)) {
+  // REWRITE: the modules' handlers (a location's rewrite directives: core/rewrite/). A changed URI is searched
+  // again (nginx's POST_REWRITE), at most uri_changes_ times.
+  for (;;) {
+    const PhaseResult r = run_module_phases(Phase::kRewrite);
+    if (r == PhaseResult::kDone) return;
+    if (r == PhaseResult::kNext) break;
+    if (--uri_changes_ == 0) {
+      KOSOKU_LOG(kError, "rewrite or internal redirection cycle while processing \"%s\"", base::log_escaped(uri_));
+      respond(500, {}, {});
+      return;
+    }
+    find_config();
+  }
+  // ACCESS and PRE_CONTENT: the modules' handlers (allow/deny: core/access/).
+  if (run_module_phases(Phase::kAccess) == PhaseResult::kDone ||
+      run_module_phases(Phase::kPreContent) == PhaseResult::kDone) {
     return;
   }
 
@@ -94,23 +111,52 @@ void HttpRequest::run_from_location() {
 }
 
 void HttpRequest::match_captures() {
-  captures_.clear();
-  capture_re_ = nullptr;
   using Match = config::LocationConf::Match;
   if ((loc_->match != Match::kRegex && loc_->match != Match::kRegexCaseless) || loc_->regex == nullptr) return;
   const re2::RE2& re = config::per_core_regex(*loc_->regex);
   const int n = re.NumberOfCapturingGroups();
-  if (n <= 0) return;
   absl::InlinedVector<re2::StringPiece, 10> groups(static_cast<size_t>(n) + 1);
   const re2::StringPiece text(uri_.data(), uri_.size());
   if (!re.Match(text, 0, text.size(), re2::RE2::UNANCHORED, groups.data(), n + 1)) return;
-  captures_.resize(static_cast<size_t>(n) + 1, {-1, 0});
+  absl::InlinedVector<std::string_view, 10> views(groups.size());
+  for (size_t i = 0; i < groups.size(); ++i) views[i] = std::string_view(groups[i].data(), groups[i].size());
+  set_captures(re, uri_, views);
+}
+
+void HttpRequest::set_captures(const re2::RE2& re, std::string_view subject, std::span<const std::string_view> groups) {
+  captures_.assign(groups.size(), {-1, 0});
   capture_re_ = &re;
-  for (int i = 1; i <= n; ++i) {
-    const re2::StringPiece g = groups[static_cast<size_t>(i)];
+  for (size_t i = 1; i < groups.size(); ++i) {
+    const std::string_view g = groups[i];
     if (g.data() == nullptr) continue;
-    captures_[static_cast<size_t>(i)] = {static_cast<int32_t>(g.data() - uri_.data()), static_cast<int32_t>(g.size())};
+    captures_[i] = {static_cast<int32_t>(g.data() - subject.data()), static_cast<int32_t>(g.size())};
   }
+  capture_text_.assign(subject);  // last: `subject` may be capture_text_'s own bytes
+}
+
+bool HttpRequest::set_uri(std::string uri, const std::string* args) {
+  // A "." or ".." segment, or a NUL, and the URI is normalised (and may be refused) as a request's path is.
+  bool dots = uri.find('\0') != std::string::npos;
+  for (size_t i = 0; i <= uri.size() && !dots;) {
+    size_t j = uri.find('/', i);
+    if (j == std::string::npos) j = uri.size();
+    const std::string_view seg = std::string_view(uri).substr(i, j - i);
+    dots = seg == "." || seg == "..";
+    i = j + 1;
+  }
+  if (dots) {
+    std::string normal;
+    if (!normalize_path(uri, normal).ok()) return false;
+    uri = std::move(normal);
+  }
+  uri_ = std::move(uri);
+  uri_origin_ = UriOrigin::kChangedInLocation;
+  if (args != nullptr) {
+    redirect_args_ = *args;
+    req_.query = redirect_args_;
+    req_.has_query = !redirect_args_.empty();
+  }
+  return true;
 }
 
 bool HttpRequest::regex_capture(std::string_view group, std::string_view* out) const {
@@ -131,7 +177,7 @@ bool HttpRequest::regex_capture(std::string_view group, std::string_view* out) c
     if (!found) return false;
   }
   if (i >= captures_.size() || captures_[i].first < 0) return false;
-  *out = std::string_view(uri_).substr(static_cast<size_t>(captures_[i].first), static_cast<size_t>(captures_[i].second));
+  *out = std::string_view(capture_text_).substr(static_cast<size_t>(captures_[i].first), static_cast<size_t>(captures_[i].second));
   return true;
 }
 
@@ -205,6 +251,7 @@ bool HttpRequest::error_page_redirect(int status) {
     respond(nr.http_status, {}, {});
     return true;
   }
+  uri_origin_ = UriOrigin::kChangedInLocation;  // kChanged once the location is chosen for it
   run_from_server_rewrite();
   return true;
 }

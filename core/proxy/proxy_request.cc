@@ -58,18 +58,25 @@ void append_escaped_uri(std::string_view s, std::string& out) {
 
 void append_upstream_target(const http::Exchange& ex, const ProxyLocationConf& conf, std::string& out) {
   const http::Request& req = ex.request();
-  if (!conf.pass_has_uri) {
+  using Origin = http::Exchange::UriOrigin;
+  const Origin origin = ex.uri_origin();
+  if (!conf.pass_has_uri && origin == Origin::kAsReceived) {
     // The request-target as received (path and query, undecoded); for an absolute-form target its path.
     out.append(req.path);
     if (req.has_query) absl::StrAppend(&out, "?", req.query);
     return;
   }
+  // nginx's ngx_http_proxy_create_request: the URI (changed by a rewrite or an internal redirect, or with the
+  // location's prefix replaced by proxy_pass's URI), escaped; after a rewrite's `break` the whole new URI,
+  // proxy_pass's URI ignored.
   std::string_view uri = ex.uri();
-  const config::LocationConf& loc = ex.location();
-  using Match = config::LocationConf::Match;
-  const bool prefix = loc.match == Match::kPrefix || loc.match == Match::kPrefixNoRegex || loc.match == Match::kExact;
-  if (prefix && absl::StartsWith(uri, loc.pattern)) uri.remove_prefix(loc.pattern.size());
-  out.append(conf.pass_uri);
+  if (conf.pass_has_uri && origin != Origin::kChangedInLocation) {
+    const config::LocationConf& loc = ex.location();
+    using Match = config::LocationConf::Match;
+    const bool prefix = loc.match == Match::kPrefix || loc.match == Match::kPrefixNoRegex || loc.match == Match::kExact;
+    if (prefix && absl::StartsWith(uri, loc.pattern)) uri.remove_prefix(loc.pattern.size());
+    out.append(conf.pass_uri);
+  }
   append_escaped_uri(uri, out);
   if (!ex.args().empty()) absl::StrAppend(&out, "?", ex.args());
 }

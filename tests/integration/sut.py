@@ -238,6 +238,15 @@ class ServerProcess:
     def check_config(self) -> subprocess.CompletedProcess:
         return subprocess.run(self.argv(test_only=True), cwd=self.workdir, capture_output=True, timeout=30)
 
+    def config_check_output(self) -> tuple[int, str]:
+        """`-t` on the configuration: its exit status and what it printed (stderr, then stdout)."""
+        res = self.check_config()
+        return res.returncode, (res.stderr + res.stdout).decode(errors="replace")
+
+    def line_of(self, text: str) -> int:
+        """The number (1-based) of the first line of the configuration that contains `text`."""
+        return next(i for i, line in enumerate(self.conf_text.splitlines(), 1) if text in line)
+
     def start(self, wait_s: float = 15.0) -> "ServerProcess":
         binary = self.argv()[0]
         if not os.access(binary, os.X_OK):

@@ -361,9 +361,10 @@ http {
 TEST(ConfigMerge, ReturnTryFilesStatusStayWhereWritten) {
   auto c = ok("http { server {\n return 404;\n try_files $uri =404;\n location /a { }\n location = /s { status; } } }");
   const ServerConf& s = *c->http.servers[0];
-  EXPECT_EQ(s.base.module<rewrite::RewriteLocConf>().ret.code, 404);
+  ASSERT_EQ(s.base.module<rewrite::RewriteLocConf>().ops.size(), 1u);
+  EXPECT_EQ(s.base.module<rewrite::RewriteLocConf>().ops[0].ret.code, 404);
   EXPECT_EQ(s.base.try_files.size(), 2u);
-  EXPECT_EQ(s.locations[0].module<rewrite::RewriteLocConf>().ret.code, 0);
+  EXPECT_TRUE(s.locations[0].module<rewrite::RewriteLocConf>().ops.empty());
   EXPECT_TRUE(s.locations[0].try_files.empty());
   EXPECT_FALSE(s.locations[0].module<stats::StatusLocConf>().enabled);
   EXPECT_TRUE(s.locations[1].module<stats::StatusLocConf>().enabled);
