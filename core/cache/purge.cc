@@ -51,11 +51,8 @@ PurgeSelection::PurgeSelection(CachePath& path, const PurgeTarget& target, bool 
       shard_cost_ = std::max<size_t>(1, path_.zone().keys().size() / KeyIndex::shard_count());
       break;
     case PurgeTarget::Kind::kTags:
+      // An entry with several of the tags comes more than once: its second take finds it gone.
       for (const std::string& tag : target_.tags) path_.zone().tags().entries_of(tag, hashes_);
-      std::sort(hashes_.begin(), hashes_.end(), [](const Hash128& a, const Hash128& b) {
-        return a.hi != b.hi ? a.hi < b.hi : a.lo < b.lo;
-      });
-      hashes_.erase(std::unique(hashes_.begin(), hashes_.end()), hashes_.end());
       phase_ = Phase::kHashes;
       break;
     case PurgeTarget::Kind::kExact:
@@ -106,14 +103,15 @@ bool PurgeSelection::step(size_t entries) {
       }
       case Phase::kVariants:
       case Phase::kBuckets: {
-        const size_t last = std::min(cursor_ + kStepBuckets, z.bucket_count());
+        const size_t chunk = std::max<size_t>(1, std::min(kStepBuckets, budget / CacheZone::kWays));
+        const size_t last = std::min(cursor_ + chunk, z.bucket_count());
         std::vector<EntryView> views;
         z.for_each_in(cursor_, last, [&](const EntryView& v) {
           if (phase_ == Phase::kBuckets || ((v.flags & kEntryVariant) && v.parent == variants_of_)) views.push_back(v);
         });
         for (const EntryView& v : views) take(v);
         cursor_ = last;
-        budget = budget > kStepBuckets * CacheZone::kWays ? budget - kStepBuckets * CacheZone::kWays : 0;
+        budget = budget > chunk * CacheZone::kWays ? budget - chunk * CacheZone::kWays : 0;
         if (cursor_ >= z.bucket_count()) phase_ = Phase::kDone;
         break;
       }

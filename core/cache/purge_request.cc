@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <array>
+#include <chrono>
 #include <cerrno>
 #include <cstring>
 #include <functional>
@@ -73,9 +74,19 @@ class PurgeRun final : public reactor::Task, public disk::DiskCallback {
   /// The request went away: nobody is told the outcome.
   void detach() { requester_ = nullptr; }
 
+  // Selection work per loop iteration: small slices until kSliceNs has passed, so the loop's other requests
+  // wait at most about that long for a purge, however many entries it selects.
+  static constexpr uint64_t kSliceNs = 500'000;
+  static constexpr size_t kSliceEntries = 256;
+
   void run() override {  // one selection step
     if (!selection_) selection_.emplace(path_, targets_[current_], soft_, reactor_.wall_time());
-    if (!selection_->step()) {
+    const auto start = std::chrono::steady_clock::now();
+    bool done = false;
+    while (!(done = selection_->step(kSliceEntries)) &&
+           std::chrono::steady_clock::now() - start < std::chrono::nanoseconds(kSliceNs)) {
+    }
+    if (!done) {
       reactor_.post(this);
       return;
     }
