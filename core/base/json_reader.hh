@@ -208,6 +208,22 @@ class JsonReader {
     return fail("expected true or false");
   }
 
+  /// One whole JSON text that is an object: calls `member(key)` at each member's value, which must read (or
+  /// skip()) that value; nothing may follow the object but whitespace.
+  template <typename F>
+  bool object(F&& member) {
+    if (!expect('{')) return false;
+    if (!eat('}')) {
+      do {
+        std::string key;
+        if (!string(&key) || !expect(':') || !member(key)) return false;
+      } while (eat(','));
+      if (!expect('}')) return false;
+    }
+    if (!at_end()) return fail("trailing data after the object");
+    return true;
+  }
+
   /// The first error ("invalid JSON at byte N: what"), or "".
   std::string error_;
 

@@ -338,16 +338,16 @@ void CacheState::on_entry_open(EntryReader&, int error) {
   }
   phase_ = Phase::kIdle;
   CacheZone& z = path_->zone();
-  if (error != 0) {
-    if (entry_ && entry_->exists()) {
-      if (z.remove_if_same(*entry_) && error == -EINVAL) {
-        remove_file_async(mod_.queue_for(*path_, ex_), ex_.location().aio, path_->path_of(hash_));
-      }
-    }
+  // No entry after all: look on without it.
+  auto none = [&](bool remove_file) {
+    if (remove_file) remove_file_async(mod_.queue_for(*path_, ex_), ex_.location().aio, path_->path_of(hash_));
     entry_.reset();
     facts_.entry = EntryState::kNone;
     facts_.freshness = nullptr;
     step();
+  };
+  if (error != 0) {
+    none(entry_ && entry_->exists() && z.remove_if_same(*entry_) && error == -EINVAL);
     return;
   }
   const EntryMeta& m = reader_.meta();
@@ -358,11 +358,7 @@ void CacheState::on_entry_open(EntryReader&, int error) {
     purged = path_->purge_log().replayed_cover(m);
     if (purged != nullptr && !purged->soft) {
       reader_.close();
-      remove_file_async(mod_.queue_for(*path_, ex_), ex_.location().aio, path_->path_of(hash_));
-      entry_.reset();
-      facts_.entry = EntryState::kNone;
-      facts_.freshness = nullptr;
-      step();
+      none(true);
       return;
     }
   }

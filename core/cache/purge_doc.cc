@@ -29,27 +29,18 @@ bool within_scope(std::string_view prefix, const PurgeTarget& scope) {
 bool parse_purge_doc(std::string_view body, PurgeDoc* out, std::string* error) {
   base::JsonReader r(body);
   *out = PurgeDoc{};
-  auto done = [&](bool ok) {
-    if (!ok) *error = r.error_;
-    return ok;
-  };
-  if (!r.expect('{')) return done(false);
-  if (!r.eat('}')) {
-    do {
-      std::string key;
-      if (!r.string(&key) || !r.expect(':')) return done(false);
-      if (key == "tags" || key == "hosts" || key == "prefixes") {
-        std::vector<std::string>& list = key == "tags" ? out->tags : key == "hosts" ? out->hosts : out->prefixes;
-        if (!r.string_array(key, &list)) return done(false);
-      } else if (key == "soft") {
-        if (!r.boolean(&out->soft)) return done(false);
-      } else if (!r.skip(0)) {
-        return done(false);
-      }
-    } while (r.eat(','));
-    if (!r.expect('}')) return done(false);
+  const bool ok = r.object([&](const std::string& key) {
+    if (key == "tags" || key == "hosts" || key == "prefixes") {
+      std::vector<std::string>& list = key == "tags" ? out->tags : key == "hosts" ? out->hosts : out->prefixes;
+      return r.string_array(key, &list);
+    }
+    if (key == "soft") return r.boolean(&out->soft);
+    return r.skip(0);
+  });
+  if (!ok) {
+    *error = r.error_;
+    return false;
   }
-  if (!r.at_end()) return done(r.fail("trailing data after the object"));
   const size_t items = out->tags.size() + out->hosts.size() + out->prefixes.size();
   if (items == 0) {
     *error = "no tags, hosts or prefixes";

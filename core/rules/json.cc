@@ -9,32 +9,24 @@ namespace kosoku::rules {
 bool parse_rules_doc(std::string_view text, RulesDoc* out, std::string* error) {
   base::JsonReader r(text);
   *out = RulesDoc{};
-  auto done = [&](bool ok) {
-    if (!ok) *error = r.error_;
-    return ok;
-  };
-  if (!r.expect('{')) return done(false);
-  if (!r.eat('}')) {
-    do {
-      std::string key;
-      if (!r.string(&key) || !r.expect(':')) return done(false);
-      if (key == "host") {
-        std::string v;
-        if (r.peek() != '"') return done(r.fail("\"host\" must be a string"));
-        if (!r.string(&v)) return done(false);
-        out->host = std::move(v);
-      } else if (key == "patterns") {
-        std::vector<std::string> v;
-        if (!r.string_array("patterns", &v)) return done(false);
-        out->patterns = std::move(v);
-      } else if (!r.skip(0)) {
-        return done(false);
-      }
-    } while (r.eat(','));
-    if (!r.expect('}')) return done(false);
-  }
-  if (!r.at_end()) return done(r.fail("trailing data after the object"));
-  return true;
+  const bool ok = r.object([&](const std::string& key) {
+    if (key == "host") {
+      std::string v;
+      if (r.peek() != '"') return r.fail("\"host\" must be a string");
+      if (!r.string(&v)) return false;
+      out->host = std::move(v);
+      return true;
+    }
+    if (key == "patterns") {
+      std::vector<std::string> v;
+      if (!r.string_array("patterns", &v)) return false;
+      out->patterns = std::move(v);
+      return true;
+    }
+    return r.skip(0);
+  });
+  if (!ok) *error = r.error_;
+  return ok;
 }
 
 void append_json_string(std::string& out, std::string_view s) {
