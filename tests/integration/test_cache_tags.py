@@ -382,3 +382,21 @@ def test_a_fill_in_flight_during_a_purge_is_not_served_fresh_afterwards(tg, how)
     r = tg.get("a.example", p)
     assert r.body == b"v2" and tg.hits("a.example", p) == 2
     assert tg.cached("a.example", p)  # the refetch after the purge is fresh
+
+
+@pytest.mark.parametrize("kind", ["hosts", "prefixes", "soft-tags"])
+def test_json_purge_kinds_take_every_vary_variant(tg, kind):
+    t = "vv" + prefix()[1:]
+    p = "/vv" + prefix()
+    tg.route(p, [("Surrogate-Key", t), ("Vary", "Accept-Language")])
+    for lang in ("en", "fr"):
+        assert tg.get("b.example", p, headers=[("Accept-Language", lang)]).status == 200
+        assert tg.get("b.example", p, headers=[("Accept-Language", lang)]).status == 200
+    assert tg.hits("b.example", p) == 2
+    doc = {"hosts": {"hosts": ["b.example"]}, "prefixes": {"prefixes": [f"http:b.example{p}"]},
+           "soft-tags": {"tags": [t], "soft": True}}[kind]
+    r = json_purge(tg, "b.example", doc)
+    assert r.status == 200 and entries(r) >= 2, r
+    for lang in ("en", "fr"):
+        assert tg.get("b.example", p, headers=[("Accept-Language", lang)]).status == 200
+    assert tg.hits("b.example", p) == 4  # each variant fetched again
