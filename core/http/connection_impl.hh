@@ -35,7 +35,7 @@ class Http1Request final : public HttpRequest {
   /// The content state goes first, while the request is still whole (its destructor may ask the wire).
   ~Http1Request() override {
     content_.reset();
-    replaced_content_.reset();
+    replaced_content_.clear();
   }
 
   // ---- Exchange: the wire

@@ -163,6 +163,11 @@ class Exchange {
   /// previous match's (nginx: every successful regex match with captures replaces them). `groups[i]` views into
   /// `subject` (a null data pointer: the group took no part); both are copied.
   virtual void set_captures(const re2::RE2& re, std::string_view subject, std::span<const std::string_view> groups) {}
+  /// An internal redirect (try_files' last parameter; nginx's ngx_http_internal_redirect and
+  /// ngx_http_named_location): the request goes through the phases again, from SERVER_REWRITE for `target`
+  /// (a URI, with `?args` if any) or from the named location `@name`, with its method and fields. The calling
+  /// content state is kept, inert, until the request goes: it must not touch the exchange after this call.
+  virtual void internal_redirect(std::string_view target) {}
 
   // Response.
   virtual ResponseHead& head() = 0;

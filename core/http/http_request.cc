@@ -26,7 +26,7 @@ HttpRequest::HttpRequest(HttpServer& srv, const config::ServerConf& default_serv
 
 HttpRequest::~HttpRequest() {
   content_.reset();  // first: a content state's destructor may still look at its request
-  replaced_content_.reset();
+  replaced_content_.clear();
   if (fields_ != nullptr) srv_.give_fields(std::move(fields_));
 }
 

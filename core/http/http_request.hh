@@ -51,6 +51,7 @@ class HttpRequest : public Exchange {
   bool set_uri(std::string uri, const std::string* args) override;
   void use_location(const config::LocationConf& loc) override { loc_ = &loc; }
   void set_captures(const re2::RE2& re, std::string_view subject, std::span<const std::string_view> groups) override;
+  void internal_redirect(std::string_view target) override { redirect_internally(std::string(target)); }
   ResponseHead& head() override { return head_; }
   const ResponseHead& head() const override { return head_; }
   std::unique_ptr<ContentState>& state() override { return content_; }
@@ -114,7 +115,9 @@ class HttpRequest : public Exchange {
   std::unique_ptr<ContentState> content_;
   /// The content state an error_page redirect took the request from: kept (inert) until the request goes, as
   /// the redirect may run inside one of its calls.
-  std::unique_ptr<ContentState> replaced_content_;
+  /// The content states of the handlers an internal redirect replaced (one per redirect, at most uri_changes_):
+  /// kept, inert, until the request goes, since a redirect may come from inside one of them.
+  std::vector<std::unique_ptr<ContentState>> replaced_content_;
   std::vector<std::unique_ptr<RequestCtx>> ctx_;  // by Module::index; empty until a module keeps data
   uint64_t start_ms_ = 0;
   uint64_t head_bytes_ = 0;
@@ -136,6 +139,8 @@ class HttpRequest : public Exchange {
   /// `error_page` for `status` (config/conf.hh: ErrorPage): an internal redirect, or a redirect to a URL.
   /// True when it answered (or will); false when no error_page applies and the caller answers as usual.
   bool error_page_redirect(int status);
+  /// The internal redirect of error_page and try_files (Exchange::internal_redirect): one URI change.
+  void redirect_internally(std::string target);
 
   bool location_chosen_ = false;  // FIND_CONFIG ran: error_page may apply
   bool error_redirected_ = false;  // an error_page redirect happened: no second one (recursive_error_pages off)

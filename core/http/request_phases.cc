@@ -205,14 +205,8 @@ bool HttpRequest::error_page_redirect(int status) {
     redirect(code, target);
     return true;
   }
-  // An internal redirect: the handler that failed lets go (it is kept, inert, until the request goes), the
-  // response head starts anew, and the request goes through the phases again: to a URI as a GET (HEAD stays
-  // HEAD), to a named location with its own method (nginx's ngx_http_named_location).
-  if (content_ != nullptr) {
-    content_->on_response_complete();
-    replaced_content_ = std::move(content_);
-  }
-  head_ = ResponseHead{};
+  // An internal redirect: to a URI as a GET (HEAD stays HEAD), to a named location with its own method (nginx's
+  // ngx_http_named_location).
   err_status_ = page->overwrite < 0 ? status : page->overwrite;
   if (req_.method != Method::kHead && target[0] != '@') {
     req_.method = Method::kGet;
@@ -224,17 +218,36 @@ bool HttpRequest::error_page_redirect(int status) {
                         HeaderToken::kIfRange, HeaderToken::kIfUnmodifiedSince, HeaderToken::kRange}) {
     req_.first_field[static_cast<size_t>(t)] = Request::kNoField;
   }
-  if (target[0] == '@') {
+  redirect_internally(std::move(target));
+  return true;
+}
+
+void HttpRequest::redirect_internally(std::string target) {
+  if (--uri_changes_ <= 0) {
+    KOSOKU_LOG(kError, "rewrite or internal redirection cycle while internally redirecting to \"%s\"",
+               base::log_escaped(target));
+    err_status_ = 0;
+    respond(500, {}, {});
+    return;
+  }
+  // The handler that asked, or failed, lets go (it is kept, inert, until the request goes), and the response head
+  // starts anew.
+  if (content_ != nullptr) {
+    content_->on_response_complete();
+    replaced_content_.push_back(std::move(content_));
+  }
+  head_ = ResponseHead{};
+  if (!target.empty() && target[0] == '@') {
     const config::LocationConf* named = server_->find_named(target);
     if (named == nullptr) {
       KOSOKU_LOG(kError, "could not find named location \"%s\"", base::log_escaped(target));
       err_status_ = 0;
       respond(500, {}, {});
-      return true;
+      return;
     }
     loc_ = named;
     run_from_location();
-    return true;
+    return;
   }
   const size_t q = target.find('?');
   if (q != std::string::npos) {
@@ -249,11 +262,10 @@ bool HttpRequest::error_page_redirect(int status) {
   if (NormalizeResult nr = normalize_path(target, uri_); !nr.ok()) {
     err_status_ = 0;
     respond(nr.http_status, {}, {});
-    return true;
+    return;
   }
   uri_origin_ = UriOrigin::kChangedInLocation;  // kChanged once the location is chosen for it
   run_from_server_rewrite();
-  return true;
 }
 
 }  // namespace kosoku::http

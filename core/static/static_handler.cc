@@ -33,7 +33,6 @@ namespace {
 
 constexpr size_t kMaxBuffer = 256 * 1024;  // per read (sendfile_max_chunk caps it further)
 constexpr size_t kMinRead = 16 * 1024;     // a read shorter than this (and than the rest) takes a fresh buffer
-constexpr int kMaxInternalRedirects = 10;  // nginx: "rewrite or internal redirection cycle"
 
 // One piece of the response body: literal text (multipart delimiters) or a byte range of the file.
 using Piece = http::BodyPiece;
@@ -104,7 +103,6 @@ class StaticState final : public http::ContentState,
     buf_off_ = 0;
   }
   std::string map_uri(std::string_view uri, bool* ok) const;
-  void internal_redirect(std::string_view uri);
 
   http::Exchange& ex_;
   disk::OpenRequest open_;
@@ -116,7 +114,6 @@ class StaticState final : public http::ContentState,
   size_t index_index_ = 0;
   std::string dir_path_;   // directory of the index search
   bool try_dir_ = false;   // the current try_files entry ends with '/'
-  int redirects_ = 0;
 
   // Streaming.
   std::string multipart_type_;
@@ -165,7 +162,6 @@ std::string StaticState::map_uri(std::string_view uri, bool* ok) const {
 
 void StaticState::start() {
   uri_.assign(ex_.uri());
-  redirects_ = 0;
   const config::LocationConf& loc = ex_.location();
   if (!loc.try_files.empty()) {
     step_ = Step::kTryFiles;
@@ -188,7 +184,10 @@ void StaticState::next_try() {
       ex_.respond(code > 0 ? code : 404);
       return;
     }
-    internal_redirect(absl::StrReplaceAll(last, {{"$uri", ex_.uri()}, {"$args", ex_.args()}}));
+    // The last parameter is a URI or a named location: an internal redirect, searched as a request's (nginx's
+    // try_files: `try_files $uri /index.php?$args;` reaches the location for /index.php). Nothing of this
+    // state is touched after it.
+    ex_.internal_redirect(absl::StrReplaceAll(last, {{"$uri", ex_.uri()}, {"$args", ex_.args()}}));
     return;
   }
   std::string entry = absl::StrReplaceAll(tf[try_index_], {{"$uri", uri_}});
@@ -197,23 +196,6 @@ void StaticState::next_try() {
   if (try_dir_ && entry.size() > 1) entry.pop_back();
   bool ok;
   lookup(map_uri(entry, &ok));
-}
-
-void StaticState::internal_redirect(std::string_view uri) {
-  if (++redirects_ > kMaxInternalRedirects) {
-    KOSOKU_LOG(kError, "rewrite or internal redirection cycle while internally redirecting to \"%s\"",
-               base::log_escaped(uri));
-    ex_.respond(500);
-    return;
-  }
-  // Only an internal redirect to the same URI space is supported: re-run the lookup without try_files.
-  std::string_view path = uri;
-  size_t q = path.find('?');
-  if (q != std::string_view::npos) path = path.substr(0, q);
-  uri_.assign(path);
-  step_ = Step::kFile;
-  bool ok;
-  lookup(map_uri(uri_, &ok));
 }
 
 void StaticState::lookup(std::string path) {
@@ -262,6 +244,9 @@ void StaticState::opened() {
       next_try();
       return;
     }
+    // A found entry is served as a file: only GET and HEAD (the fallback URI takes any method, as nginx's
+    // try_files phase runs before the static module's check).
+    if (http::refuse_unless_get_or_head(ex_)) return;
     // A "$uri/" entry that exists continues as a directory: index, or 301 to the slash form (as nginx).
     step_ = Step::kFile;
   }
@@ -476,7 +461,8 @@ void StaticState::read_done(int32_t result) {
 }  // namespace
 
 void StaticHandler::handle(http::Exchange& ex) {
-  if (http::refuse_unless_get_or_head(ex)) return;
+  // With try_files the method is checked once an entry is found (StaticState::opened).
+  if (ex.location().try_files.empty() && http::refuse_unless_get_or_head(ex)) return;
   auto st = std::make_unique<StaticState>(ex);
   StaticState* s = st.get();
   ex.state() = std::move(st);

@@ -16,7 +16,8 @@ struct Module;
 namespace kosoku::static_files {
 
 /// The content handler of every location no other module serves (nginx's static, index and try_files
-/// handlers together): GET and HEAD only (501 / 405 otherwise); never reads the request body.
+/// handlers together): GET and HEAD only (501 / 405 otherwise; with try_files, for the entry found — the last
+/// parameter's internal redirect takes any method); never reads the request body.
 class StaticHandler final : public http::ContentHandler, public http::ModuleCore {
  public:
   void handle(http::Exchange& ex) override;
