@@ -152,6 +152,8 @@ struct LocationConf {
   std::string root = "html";                  // `root` (nginx default: prefix/html)
   std::optional<std::string> alias;           // `alias` (location only); replaces the matched prefix
   std::vector<std::string> try_files;         // `try_files file ... uri|=code`; empty: not set
+  bool internal = false;                      // `internal`: a request reaches it only by an internal redirect or
+                                              // a rewrite (an external one is a 404); not inherited
   std::vector<ErrorPage> error_pages;         // `error_page`: inherited whole by a block without one
   std::shared_ptr<const MimeTypes> types;     // never null after loading
   std::string default_type = "text/plain";

@@ -205,6 +205,11 @@ constexpr DirectiveSpec kHttpDirectives[] = {
      },
      .slot = "root"},
     {.name = "try_files", .contexts = kCtxServerAny, .args = k2More, .set = set_try_files},
+    {.name = "internal", .contexts = kCtxLocation, .args = kNoArgs,
+     .set = [](Builder&, Scope& s, const Directive&) {
+       s.loc->internal = true;
+       return true;
+     }},
     {.name = "error_page", .contexts = kCtxHttpAny, .args = k2More, .flags = kMulti, .set = set_error_page,
      .merge_loc = inherit<&LocationConf::error_pages>},
     {.name = "default_type", .contexts = kCtxHttpAny, .args = kTake1, .set = set_string<&LocationConf::default_type>,

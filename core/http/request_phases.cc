@@ -76,6 +76,12 @@ void HttpRequest::run_from_location() {
       return;
     }
   }
+  // `internal`: only an internal redirect (error_page, try_files) or a rewrite reaches the location (nginx's
+  // r->internal); the client's own URI gets a 404.
+  if (loc_->internal && uri_origin_ == UriOrigin::kAsReceived && !error_redirected_) {
+    respond(404, {}, {});
+    return;
+  }
   // Until a handler reads the body (Exchange::read_body, which sends 100 Continue), a client waiting for
   // permission to send it gets its answer and a close; any other unread body is discarded after the response.
   if (req_.body != BodyFraming::kNone && req_.expect_100_continue) keep_alive_ = false;
