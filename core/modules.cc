@@ -16,13 +16,14 @@
 #include "core/rewrite/rewrite_conf.hh"
 #include "core/rules/rules_core.hh"
 #include "core/static/static_handler.hh"
+#include "core/tls/tls_conf.hh"
 #include "core/stats/status_module.hh"
 
 namespace kosoku::config {
 
 std::span<Module* const> modules() {
-  static const std::array<Module*, 18> kModules = [] {
-    std::array<Module*, 18> list = {
+  static const std::array<Module*, 19> kModules = [] {
+    std::array<Module*, 19> list = {
         &core_module(),       // main context: workers, error_log, disk_queue, events, http
         &appliance_module(),  // appliance { }
         &http_core_module(),  // server, listen, server_name, location, client_* limits
@@ -30,6 +31,7 @@ std::span<Module* const> modules() {
         &no_effect_module(),  // nginx's internal tuning (hash sizes, accept loop): accepted with a notice
         &http::variables_module(),  // $uri, $host, $http_NAME, $status, ...
         &map::module(),       // map { } (its variables resolve in every template after it)
+        &tls::module(),       // listen ... ssl, ssl_* (TLS under the HTTP framing), $https, $ssl_*
         &access_log::module(),  // access_log, log_format
         &rewrite::module(),   // return, rewrite, set, if, break (SERVER_REWRITE, REWRITE phases)
         &access::module(),    // allow, deny (ACCESS phase)

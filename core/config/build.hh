@@ -108,6 +108,7 @@ class Builder {
   Seen appliance_seen;
   bool http_present = false;
   bool resolve_names = true;  // LoadOptions::resolve_names
+  std::string prefix;         // directory relative file names resolve against (with '/'; "" = the cwd)
   ServerConf http_srv;  // http-level values of server-level directives
   LocNode http_loc;     // http-level values of location-level directives
   std::vector<std::unique_ptr<SrvNode>> servers;

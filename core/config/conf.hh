@@ -91,6 +91,9 @@ struct ListenConf {
   // advertised window and the SYN-ACK's window scale follow) and send buffer of connections accepted on it.
   int rcvbuf = -1;
   int sndbuf = -1;
+  // `ssl` (nginx): connections on this address speak TLS (core/tls/). Set for the socket when any server's
+  // listen line for the address has it.
+  bool ssl = false;
 };
 
 /// An `allow`/`deny` rule (core/access/) or a `proxy_cache_purge ... from` address: `all` or ADDR/PREFIX.

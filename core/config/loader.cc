@@ -168,6 +168,7 @@ LoadResult load_text(std::string_view text, const std::string& file, const LoadO
   }
   Builder b;
   b.resolve_names = opts.resolve_names;
+  b.prefix = popts.prefix;
   b.main->file = file;
   b.main->text = std::string(text);
   for (const Module* m : modules()) {

@@ -14,6 +14,7 @@
 #include "core/http/status.hh"
 #include "core/http/uri.hh"
 #include "core/http/variables.hh"
+#include "core/net/filter_stream.hh"
 
 namespace kosoku::http {
 
@@ -469,6 +470,15 @@ void HttpServer::give_fields(std::unique_ptr<HeaderField[]> table) {
 }
 
 net::StreamHandler* HttpServer::on_accept(net::Stream& s, const config::ListenSocket& listen) {
+  if (listen.conf.ssl) {
+    for (const std::unique_ptr<ModuleCore>& m : cores_) {
+      net::FilterStream* layer = m != nullptr ? m->filter_accepted(s, listen) : nullptr;
+      if (layer == nullptr) continue;
+      layer->set_handler(new HttpConnection(*this, *layer, listen));
+      return layer;
+    }
+    return nullptr;  // no module layers TLS: refused (config validation keeps this from happening)
+  }
   return new HttpConnection(*this, s, listen);
 }
 

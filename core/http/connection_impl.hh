@@ -41,6 +41,8 @@ class Http1Request final : public HttpRequest {
   // ---- Exchange: the wire
   std::string_view remote_addr() const override;
   const sockaddr* peer_addr() const override;
+  const net::Stream* stream() const override;
+  void disable_keep_alive() override { set_keep_alive(false); }
   uint16_t server_port() const override;
   uint64_t connection_id() const override;
   uint64_t connection_requests() const override;
@@ -336,6 +338,7 @@ inline std::string_view Http1Request::remote_addr() const { return conn_.remote_
 inline const sockaddr* Http1Request::peer_addr() const {
   return conn_.stream_ != nullptr ? conn_.stream_->peer() : nullptr;
 }
+inline const net::Stream* Http1Request::stream() const { return conn_.stream_; }
 inline uint16_t Http1Request::server_port() const { return conn_.server_port_; }
 inline uint64_t Http1Request::connection_id() const { return conn_.id_; }
 inline uint64_t Http1Request::connection_requests() const { return conn_.requests_; }

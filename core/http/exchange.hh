@@ -29,6 +29,7 @@ class Reactor;
 }
 namespace kosoku::net {
 class Stack;
+class Stream;
 }
 namespace kosoku::stats {
 struct CoreStats;
@@ -129,6 +130,11 @@ class Exchange {
   virtual std::string_view remote_addr() const = 0;
   /// The client's address (AF_INET / AF_INET6), for address checks; null when unknown.
   virtual const sockaddr* peer_addr() const { return nullptr; }
+  /// The stream the request arrived on (the TLS layer on an ssl socket: net::Stream::secure), null once the
+  /// connection is gone or for a request without one.
+  virtual const net::Stream* stream() const { return nullptr; }
+  /// The connection closes after this response (nginx's r->keepalive = 0).
+  virtual void disable_keep_alive() {}
   virtual uint16_t server_port() const = 0;
   virtual uint64_t connection_id() const = 0;
   virtual uint64_t connection_requests() const = 0;

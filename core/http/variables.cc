@@ -10,6 +10,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/match.h"
 #include "core/config/module.hh"
+#include "core/net/stream.hh"
 #include "core/reactor/reactor.hh"
 
 namespace kosoku::http {
@@ -232,7 +233,12 @@ constexpr config::Variable kHttpVariables[] = {
        absl::StrAppend(&out, "HTTP/1.", req.version_minor);
        return true;
      }},
-    {"scheme", [](Src, std::string_view, std::string& out) { out.append("http"); return true; }},
+    {"scheme",
+     [](Src s, std::string_view, std::string& out) {
+       const net::Stream* st = s.exchange().stream();
+       out.append(st != nullptr && st->secure() ? "https" : "http");
+       return true;
+     }},
     {"request_length", [](Src s, std::string_view, std::string& out) { absl::StrAppend(&out, s.exchange().request_length()); return true; }},
     {"msec", &msec_value},
     {"connection", [](Src s, std::string_view, std::string& out) { absl::StrAppend(&out, s.exchange().connection_id()); return true; }},

@@ -21,7 +21,7 @@ void InBufferPool::give(char* b) {
   }
 }
 
-bool InBuffer::append_slow(const char* p, size_t n, InBufferPool* pool) {
+bool InBuffer::make_room(size_t n, InBufferPool* pool) {
   bool grew = false;
   if (begin_ > 0) {  // room at the front: move what is unread there first
     std::memmove(buf_, buf_ + begin_, end_ - begin_);
@@ -45,9 +45,19 @@ bool InBuffer::append_slow(const char* p, size_t n, InBufferPool* pool) {
     cap_ = cap;
     grew = true;
   }
+  return grew;
+}
+
+bool InBuffer::append_slow(const char* p, size_t n, InBufferPool* pool) {
+  bool grew = make_room(n, pool);
   std::memcpy(buf_ + end_, p, n);
   end_ += n;
   return grew;
+}
+
+std::span<char> InBuffer::prepare(size_t n, InBufferPool* pool) {
+  if (end_ + n > cap_) make_room(n, pool);
+  return {buf_ + end_, cap_ - end_};
 }
 
 void InBuffer::release(InBufferPool* pool) {

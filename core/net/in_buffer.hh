@@ -71,6 +71,10 @@ class InBuffer {
     }
     return append_slow(p, n, pool);
   }
+  /// At least n writable bytes at the end (growing as append does), for a producer that writes in place (TLS
+  /// decrypting into the buffer): write into them, then appended(k) with k <= the span's size.
+  std::span<char> prepare(size_t n, InBufferPool* pool = nullptr);
+  void appended(size_t k) { end_ += k; }
   /// Drops the first n bytes (n <= size()); when none remain, the next byte goes to offset 0.
   void consume(size_t n) {
     begin_ += n;
@@ -84,6 +88,7 @@ class InBuffer {
 
  private:
   bool append_slow(const char* p, size_t n, InBufferPool* pool);
+  bool make_room(size_t n, InBufferPool* pool);
 
   char* buf_ = nullptr;
   size_t cap_ = 0, begin_ = 0, end_ = 0;

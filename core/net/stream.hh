@@ -87,6 +87,11 @@ class Stream {
   /// backend sets the socket option (the system's timers), kosoku's TCP its TcpConfig keepalive_* timers.
   /// Default: ignored.
   virtual void set_keepalive(bool on) {}
+  /// The bytes are protected by TLS (nginx's c->ssl): $scheme is "https", $https "on".
+  virtual bool secure() const { return false; }
+  /// The socket expects TLS but the client sent plain bytes (nginx answers "The plain HTTP request was sent
+  /// to HTTPS port").
+  virtual bool plain_on_tls_socket() const { return false; }
 
   void write(std::string_view data);
 
