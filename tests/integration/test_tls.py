@@ -81,21 +81,38 @@ def _tls_server(port: int, names: str, leaf, www: Path, extra: str = "", listen_
     }}"""
 
 
-class Tls:
-    """The main server: one process (2 workers) with a port per scenario."""
+class Base:
+    """What every server of the module shares: the PKI and the docroot (F-STATIC plus a random 1 MiB file)."""
 
-    def __init__(self, base: Path, pki: Pki, origin_port: int):
-        self.pki = pki
-        self.www = sut.build_static_root(base)
+    def __init__(self, d: Path):
+        self.dir = d
+        self.pki = Pki(d / "pki")
+        self.www = sut.build_static_root(d)
         self.rand1m = random.Random(1).randbytes(1 << 20)
         (self.www / "rand1m.bin").write_bytes(self.rand1m)
-        names = ["sni", "http", "v12", "defaults", "rej", "dual", "notix", "cache", "proxy"]
+
+    @property
+    def ca(self) -> Path:
+        return self.pki.ca.cert
+
+
+class Tls:
+    """One server process (2 workers) with a port per scenario. Three of them (core, sessions, proxy), so that a
+    server missing one feature (e.g. `proxy_pass https://`) still runs the tests of the others."""
+
+    def __init__(self, base: Base, kind: str, origin_port: int | None = None):
+        self.base, self.pki, self.www, self.rand1m = base, base.pki, base.www, base.rand1m
+        self.origin = None
+        names = {"core": ["sni", "http", "v12", "defaults", "rej", "dual"],
+                 "sessions": ["notix", "cache"], "proxy": ["proxy"]}[kind]
         self.port = dict(zip(names, sut.free_ports(len(names))))
         p, pki, www = self.port, self.pki, self.www
         ca = pki.ca.cert
         body = f"""
-    access_log {base}/access.log;
-    keepalive_timeout 30s;
+    access_log {base.dir}/access-{kind}.log;
+    keepalive_timeout 30s;"""
+        if kind == "core":
+            body += f"""
     # SNI: a default server with its own certificate, an exact name, a wildcard, a chained certificate.
     server {{
         listen 127.0.0.1:{p['sni']} ssl default_server reuseport;
@@ -118,10 +135,16 @@ class Tls:
     }}
     {_tls_server(p['rej'], "a.test", pki.a, www)}
     {_tls_server(p['dual'], "dual.test", [pki.dual_rsa, pki.dual_ec], www, listen_opts=" default_server")}
+"""
+        elif kind == "sessions":
+            body += f"""
     {_tls_server(p['notix'], "a.test", pki.a, www, listen_opts=" default_server reuseport",
                  extra="ssl_session_tickets off;")}
     {_tls_server(p['cache'], "a.test", pki.a, www, listen_opts=" default_server reuseport",
                  extra="ssl_session_tickets off; ssl_session_cache shared:itest_tls:1m;")}
+"""
+        else:
+            body += f"""
     # proxy_ssl_session_reuse off: nginx keeps one upstream TLS session per implicit upstream (host:port), shared
     # by every location proxying there; resuming a session made by /verified/ skips /untrusted/'s verification.
     server {{
@@ -155,7 +178,8 @@ class Tls:
         }}
     }}
 """
-        self.server = sut.ServerProcess(sut.SUT, base / "server", body, list(p.values()), workers=WORKERS)
+        self.server = sut.ServerProcess(sut.SUT, base.dir / f"server-{kind}", body, list(p.values()),
+                                        workers=WORKERS)
 
     @property
     def ca(self) -> Path:
@@ -195,31 +219,54 @@ class HttpsOrigin(sut.ScriptedOrigin):
 
 
 @pytest.fixture(scope="module")
-def tls(tmp_path_factory):
-    base = tmp_path_factory.mktemp("tls")
-    os.chmod(base, 0o755)
-    pki = Pki(base / "pki")
-    origin = HttpsOrigin(pki.a)
-    t = Tls(base, pki, origin.port)
-    t.origin = origin
+def base(tmp_path_factory) -> Base:
+    d = tmp_path_factory.mktemp("tls")
+    os.chmod(d, 0o755)
+    return Base(d)
+
+
+def _run(t: Tls):
     t.server.start()
     yield t
     alive = t.server.alive()
     rc = t.server.stop()
-    origin.close()
+    if t.origin:
+        t.origin.close()
     assert alive, "server died during the module\n" + t.server.diagnostics()
     if sut.SUT == "kosoku":
         assert rc == 0, f"kosoku exited with {rc}\n" + t.server.diagnostics()
 
 
+@pytest.fixture(scope="module")
+def tls(base):
+    """Static HTTPS, SNI, protocols, variables, ALPN, RSA+ECDSA, bad clients (ticket resumption too)."""
+    yield from _run(Tls(base, "core"))
+
+
+@pytest.fixture(scope="module")
+def tls_sess(base):
+    """ssl_session_tickets off, with and without ssl_session_cache shared."""
+    yield from _run(Tls(base, "sessions"))
+
+
+@pytest.fixture(scope="module")
+def tls_proxy(base):
+    """proxy_pass https:// to a python HTTPS origin."""
+    origin = HttpsOrigin(base.pki.a)
+    t = Tls(base, "proxy", origin.port)
+    t.origin = origin
+    yield from _run(t)
+
+
 @pytest.fixture(autouse=True)
 def _server_alive_after(request):
     yield
-    if "tls" in request.fixturenames:
-        t = request.getfixturevalue("tls")
-        if not t.server.alive():
-            pytest.fail(f"{t.server.kind} died during this test (exit {t.server.proc.returncode})\n"
-                        + t.server.diagnostics(), pytrace=False)
+    for name in ("tls", "tls_sess", "tls_proxy"):
+        if name in request.fixturenames:
+            t = request.getfixturevalue(name)
+            if not t.server.alive():
+                pytest.fail(f"{t.server.kind} died during this test (exit {t.server.proc.returncode})\n"
+                            + t.server.diagnostics(), pytrace=False)
 
 
 # ---------------------------------------------------------------------------------------------- clients
@@ -681,9 +728,10 @@ def test_session_resumption_with_tickets(tls, tmp_path, proto):
 
 @pytest.mark.parametrize("maxv", [None, ssl.TLSVersion.TLSv1_2], ids=["tls13", "tls12"])
 @pytest.mark.parametrize("port_name", ["sni", "cache"], ids=["tickets", "shared-cache"])
-def test_sessions_resume_on_every_worker(tls, maxv, port_name):
+def test_sessions_resume_on_every_worker(request, maxv, port_name):
     """A session made on one connection resumes on the others, whichever worker takes them: `listen ...
     reuseport` spreads connections by source port; `ss -p` shows which process (nginx) holds each one."""
+    tls = request.getfixturevalue("tls" if port_name == "sni" else "tls_sess")
     port = tls.port[port_name]
     ctx = client_ctx(tls.ca, maxv=maxv)
     with TLSConn(port, "a.test", ctx) as c:
@@ -707,7 +755,8 @@ def test_sessions_resume_on_every_worker(tls, maxv, port_name):
 
 
 @pytest.mark.parametrize("proto", ["-tls1_3", "-tls1_2"])
-def test_no_resumption_with_tickets_off_and_no_cache(tls, tmp_path, proto):
+def test_no_resumption_with_tickets_off_and_no_cache(tls_sess, tmp_path, proto):
+    tls = tls_sess
     sess = tmp_path / "sess.pem"
     port = tls.port["notix"]
     rc, out = s_client(tls, port, proto, "-sess_out", str(sess))
@@ -722,7 +771,8 @@ def test_no_resumption_with_tickets_off_and_no_cache(tls, tmp_path, proto):
 
 
 @pytest.mark.parametrize("proto", ["-tls1_3", "-tls1_2"])
-def test_shared_session_cache_without_tickets(tls, tmp_path, proto):
+def test_shared_session_cache_without_tickets(tls_sess, tmp_path, proto):
+    tls = tls_sess
     sess = tmp_path / "sess.pem"
     port = tls.port["cache"]
     rc, out = s_client(tls, port, proto, "-sess_out", str(sess))
@@ -744,7 +794,8 @@ def _ticket_server(tmp: Path, pki: Pki, www: Path, key: Path | None, name: str) 
 
 
 @pytest.mark.parametrize("proto", ["-tls1_3", "-tls1_2"])
-def test_ticket_key_file_survives_a_restart(tls, tmp_path, proto):
+def test_ticket_key_file_survives_a_restart(base, tmp_path, proto):
+    tls = base
     key = tls_certs.ticket_key(tmp_path / "ticket.key", 80)
     assert key.stat().st_size == 80
     sess = tmp_path / "sess.pem"
@@ -764,7 +815,8 @@ def test_ticket_key_file_survives_a_restart(tls, tmp_path, proto):
         assert s.stop() == 0 or sut.SUT == "nginx"
 
 
-def test_without_a_ticket_key_file_a_restart_forgets_sessions(tls, tmp_path):
+def test_without_a_ticket_key_file_a_restart_forgets_sessions(base, tmp_path):
+    tls = base
     sess = tmp_path / "sess.pem"
     s = _ticket_server(tmp_path, tls.pki, tls.www, None, "no-key")
     s.start()
@@ -942,14 +994,16 @@ def test_a_client_that_never_reads_a_1mib_answer(tls, bystander):
 # ---------------------------------------------------------------------------------------------- proxy to HTTPS
 
 
-def test_proxy_to_an_https_origin_verified(tls):
+def test_proxy_to_an_https_origin_verified(tls_proxy):
+    tls = tls_proxy
     n = len(tls.origin.requests)
     r = sut.request(tls.port["proxy"], "GET", "/verified/x?y=1", host="front.test")
     assert (r.status, r.body) == (200, b"origin /verified/x?y=1 sni=a.test\n"), r
     assert tls.origin.requests[n:] == [("/verified/x?y=1", "a.test")]
 
 
-def test_proxy_unverified_sends_no_sni(tls):
+def test_proxy_unverified_sends_no_sni(tls_proxy):
+    tls = tls_proxy
     r = sut.request(tls.port["proxy"], "GET", "/unverified/z", host="front.test")
     assert (r.status, r.body) == (200, b"origin /unverified/z sni=None\n"), r  # proxy_ssl_server_name off
 
@@ -959,7 +1013,8 @@ def test_proxy_unverified_sends_no_sni(tls):
     ("/untrusted/x", "upstream SSL certificate verify error: (21:unable to verify the first certificate) "
                      "while SSL handshaking to upstream"),
 ])
-def test_proxy_verification_failures_are_502(tls, path, log):
+def test_proxy_verification_failures_are_502(tls_proxy, path, log):
+    tls = tls_proxy
     n = len(tls.origin.requests)
     r = sut.request(tls.port["proxy"], "GET", path, host="front.test")
     assert r.status == 502, r
@@ -994,7 +1049,8 @@ def _kosoku_location(s: sut.ServerProcess, out: str, lines: list[int], names: li
     assert any(str(n) in m.group(3) for n in names), f"the message names none of {names}:\n{out}"
 
 
-def test_config_error_missing_certificate(tls, tmp_path):
+def test_config_error_missing_certificate(base, tmp_path):
+    tls = base
     missing = tmp_path / "no-such.crt"
     s, rc, out = _check_conf(tmp_path, tls.pki, missing, tls.pki.a.key)
     assert rc != 0, out
@@ -1005,7 +1061,8 @@ def test_config_error_missing_certificate(tls, tmp_path):
     _kosoku_location(s, out, [s.line_of("ssl_certificate ")], [missing])
 
 
-def test_config_error_key_does_not_match_certificate(tls, tmp_path):
+def test_config_error_key_does_not_match_certificate(base, tmp_path):
+    tls = base
     s, rc, out = _check_conf(tmp_path, tls.pki, tls.pki.a.chain, tls.pki.default.key)
     assert rc != 0, out
     if sut.SUT == "nginx":
