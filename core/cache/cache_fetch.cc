@@ -26,6 +26,7 @@ void CacheFetch::start(proxy::ProxyModule& proxy, proxy::UpstreamSink& sink, pro
   proxy::UpstreamFetch::Plan plan;
   plan.conf = &pc;
   plan.hash_key = key;
+  plan.host = ex.host();
   plan.idempotent = proxy::idempotent(req);
   plan.head = sends_head_;
   if (!detached_) {

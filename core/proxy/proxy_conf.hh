@@ -17,6 +17,10 @@
 
 #include "core/config/module_conf.hh"
 
+namespace kosoku::tls {
+struct ClientConf;
+}  // namespace kosoku::tls
+
 namespace kosoku::config {
 struct Template;  // config/variables.hh
 class Builder;
@@ -125,6 +129,9 @@ struct ProxyLocationConf {
   static constexpr config::ConfLevel kLevel = config::ConfLevel::kLocation;
   // `proxy_pass http://NAME[:PORT][/URI];` (location; not inherited, as in nginx).
   bool pass = false;
+  bool pass_ssl = false;          // https://: TLS to the origin with the location's proxy_ssl_* settings
+  const tls::ClientConf* ssl = nullptr;  // pass_ssl: the location's tls::ClientConf (set at load)
+  std::string ssl_name;           // the proxy_pass host without port or brackets (proxy_ssl_name's default)
   std::string pass_url;           // as written
   std::string pass_host;          // NAME: an upstream block or an address
   uint16_t pass_port = 0;         // 0: no port written

@@ -37,6 +37,7 @@
 #include "core/config/values.hh"
 #include "core/config/variables.hh"
 #include "core/proxy/proxy_conf.hh"
+#include "core/tls/tls_client.hh"
 #include "re2/re2.h"
 
 namespace kosoku::proxy {
@@ -296,18 +297,18 @@ bool set_upstream(Builder& b, Scope& s, const Directive& d) {
   return true;
 }
 
-// `proxy_pass http://NAME[:PORT][/URI];`
+// `proxy_pass http://NAME[:PORT][/URI];` (or https://: TLS to the origin, core/tls/tls_client.hh)
 bool set_proxy_pass(Builder& b, Scope& s, const Directive& d) {
   ProxyLocationConf& p = s.loc->module<ProxyLocationConf>();
   std::string_view url = d.args[0].value;
-  if (absl::StartsWithIgnoreCase(url, "https://")) {
-    return b.fail(d.args[0].loc, "https protocol requires SSL support");
+  p.pass_ssl = absl::StartsWithIgnoreCase(url, "https://");
+  if (!p.pass_ssl && !absl::StartsWithIgnoreCase(url, "http://")) {
+    return b.fail(d.args[0].loc, "invalid URL prefix in \"proxy_pass\"");
   }
-  if (!absl::StartsWithIgnoreCase(url, "http://")) return b.fail(d.args[0].loc, "invalid URL prefix in \"proxy_pass\"");
   if (url.find('$') != std::string_view::npos) {
     return b.fail(d.args[0].loc, "variables in \"proxy_pass\" are not supported");
   }
-  std::string_view rest = url.substr(7);
+  std::string_view rest = url.substr(p.pass_ssl ? 8 : 7);
   if (absl::StartsWithIgnoreCase(rest, "unix:")) {
     return b.fail(d.args[0].loc, "unix domain sockets are not supported in \"proxy_pass\" (kosoku proxies to TCP "
                                  "upstreams only)");
@@ -346,8 +347,11 @@ bool set_proxy_pass(Builder& b, Scope& s, const Directive& d) {
     if (!v || *v == 0) return b.fail(d.args[0].loc, "invalid port in \"proxy_pass\"");
     p.pass_port = static_cast<uint16_t>(*v);
   }
-  p.proxy_port = p.pass_port ? p.pass_port : 80;
-  p.proxy_host = p.pass_port && p.pass_port != 80 ? absl::StrCat(host, ":", p.pass_port) : std::string(host);
+  const uint16_t default_port = p.pass_ssl ? 443 : 80;
+  p.proxy_port = p.pass_port ? p.pass_port : default_port;
+  p.proxy_host =
+      p.pass_port && p.pass_port != default_port ? absl::StrCat(host, ":", p.pass_port) : std::string(host);
+  p.ssl_name = std::string(host[0] == '[' ? host.substr(1, host.size() - 2) : host);
   using Match = LocationConf::Match;
   if (p.pass_has_uri && (s.loc->match == Match::kRegex || s.loc->match == Match::kRegexCaseless)) {
     return b.fail(d.loc,
@@ -668,6 +672,17 @@ bool resolve_pass(Builder& b, LocationConf& loc) {
   ProxyLocationConf& p = loc.module<ProxyLocationConf>();
   if (!p.pass) return true;
   SourceLoc where{p.pass_file, p.pass_line, p.pass_col};
+  if (p.pass_ssl) {
+    const tls::ClientConf& c = loc.module<tls::ClientConf>();
+    if (c.verify && c.trusted_certificate.empty()) {
+      return b.fail(where, "no \"proxy_ssl_trusted_certificate\" for \"proxy_ssl_verify\"");
+    }
+    std::string err;
+    SSL_CTX* ctx = tls::TlsClient::new_client_ctx(c, &err);
+    if (ctx == nullptr) return b.fail(where, err);
+    SSL_CTX_free(ctx);
+    p.ssl = &c;
+  }
   auto& ups = b.main->http.module<ProxyHttpConf>().upstreams;
   for (const auto& up : ups) {
     if (up->implicit || up->name != p.pass_host) continue;

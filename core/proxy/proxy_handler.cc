@@ -28,6 +28,7 @@ void ProxyState::start() {
   UpstreamFetch::Plan plan;
   plan.conf = conf_;
   plan.hash_key = key;
+  plan.host = ex_.host();
   plan.idempotent = idempotent(req);
   plan.head = req.method == http::Method::kHead;
   plan.body = req.body;

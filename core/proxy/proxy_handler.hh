@@ -33,6 +33,7 @@
 #include "core/proxy/proxy_conf.hh"
 #include "core/proxy/upstream.hh"
 #include "core/reactor/reactor.hh"
+#include "core/tls/tls_client.hh"
 
 namespace kosoku::proxy {
 
@@ -67,6 +68,7 @@ class ProxyModule final : public http::ContentHandler, public http::ModuleCore, 
  private:
   http::HttpServer& server_;
   reactor::Reactor& reactor_;
+  tls::TlsClient tls_client_;  // TLS to origins (proxy_pass https://); before the groups, which use it
   std::vector<std::unique_ptr<UpstreamGroup>> groups_;  // by UpstreamConf::index
   bool shut_down_ = false;
 };

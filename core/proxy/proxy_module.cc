@@ -20,9 +20,11 @@ config::Module& module() {
   return m;
 }
 
-ProxyModule::ProxyModule(http::HttpServer& server) : server_(server), reactor_(*server.core().reactor) {
+ProxyModule::ProxyModule(http::HttpServer& server)
+    : server_(server), reactor_(*server.core().reactor), tls_client_(reactor_) {
   for (const auto& up : server.core().conf->http.module<ProxyHttpConf>().upstreams) {
     groups_.push_back(std::make_unique<UpstreamGroup>(*up, reactor_, *server.core().stack));
+    groups_.back()->set_tls_client(&tls_client_);
   }
   reactor_.add_poller(this);
 }

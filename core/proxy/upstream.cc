@@ -1,5 +1,7 @@
 #include "core/proxy/upstream.hh"
 
+#include <openssl/ssl.h>
+
 #include <algorithm>
 #include <array>
 #include <cerrno>
@@ -7,6 +9,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "core/base/log.hh"
+#include "core/tls/tls_client.hh"
 
 namespace kosoku::proxy {
 
@@ -344,25 +347,37 @@ void UpstreamConnection::fire() {
 // ---- UpstreamGroup ----
 
 UpstreamGroup::UpstreamGroup(const UpstreamConf& conf, reactor::Reactor& reactor, net::Stack& stack)
-    : conf_(conf), reactor_(reactor), stack_(stack), balancer_(conf) {}
+    : conf_(conf), reactor_(reactor), stack_(stack), balancer_(conf) {
+  sessions_.resize(balancer_.size(), nullptr);  // never resized again: streams hold pointers into it
+}
 
 UpstreamGroup::~UpstreamGroup() {
   // Cached connections still open here belong to a loop that has stopped: they get no more callbacks, and
   // closing them would queue work on a ring nobody reaps. The process is exiting; leave them.
   for (UpstreamConnection* c = idle_head_; c != nullptr; c = c->next_) c->idle_ = false;
+  for (SSL_SESSION* sess : sessions_) SSL_SESSION_free(sess);
 }
 
-UpstreamConnection* UpstreamGroup::acquire(int peer, UpstreamUser* user, std::string* err) {
+UpstreamConnection* UpstreamGroup::acquire(int peer, UpstreamUser* user, std::string* err,
+                                           const tls::ClientConf* ssl, std::string_view ssl_name) {
   for (UpstreamConnection* c = idle_head_; c != nullptr; c = c->next_) {
-    if (c->peer_ != peer) continue;
+    if (c->peer_ != peer || c->ssl_ != ssl) continue;
     unlink_idle(c);
     c->arm_timer(0);
     c->user_ = user;
     return c;
   }
   auto* c = new UpstreamConnection(*this, peer, user);
+  c->ssl_ = ssl;
   const UpstreamServerConf& srv = balancer_.server(peer);
-  net::Stream* s = stack_.connect(reinterpret_cast<const sockaddr*>(&srv.addr), srv.addr_len, *c, err);
+  const auto* addr = reinterpret_cast<const sockaddr*>(&srv.addr);
+  net::Stream* s = nullptr;
+  if (ssl != nullptr && tls_client_ != nullptr) {
+    s = tls_client_->connect(stack_, addr, srv.addr_len, *c, *ssl, ssl_name, &sessions_[static_cast<size_t>(peer)],
+                             err);
+  } else {
+    s = stack_.connect(addr, srv.addr_len, *c, err);
+  }
   if (s == nullptr) {
     delete c;
     return nullptr;

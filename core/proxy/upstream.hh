@@ -26,6 +26,12 @@
 #include "core/proxy/proxy_conf.hh"
 #include "core/reactor/reactor.hh"
 
+typedef struct ssl_session_st SSL_SESSION;
+namespace kosoku::tls {
+struct ClientConf;
+class TlsClient;
+}  // namespace kosoku::tls
+
 namespace kosoku::proxy {
 
 /// CRC-32 (IEEE 802.3, the zlib/nginx ngx_crc32 polynomial). crc32("123456789") == 0xCBF43926.
@@ -171,6 +177,7 @@ class UpstreamConnection final : public net::StreamHandler, public reactor::Time
   UpstreamGroup& group_;
   net::Stream* stream_ = nullptr;
   int peer_;
+  const tls::ClientConf* ssl_ = nullptr;  // the TLS settings it was opened with (null: plain TCP)
   UpstreamUser* user_;
   uint32_t requests_ = 0;
   bool connected_ = false;
@@ -195,7 +202,12 @@ class UpstreamGroup {
   /// A connection to `peer` for `user`: a cached idle one (reused() true, already connected) or a new one
   /// (the user gets on_upstream_connected or on_upstream_error). nullptr with *err when the stack refuses
   /// (worker_connections).
-  UpstreamConnection* acquire(int peer, UpstreamUser* user, std::string* err);
+  /// `ssl`: TLS to the origin with these settings (proxy_pass https://), `ssl_name` the name for SNI and
+  /// verification; a cached connection is handed out only for the same settings.
+  UpstreamConnection* acquire(int peer, UpstreamUser* user, std::string* err, const tls::ClientConf* ssl = nullptr,
+                              std::string_view ssl_name = {});
+  /// The core's TLS client (set by the proxy module before any acquire with `ssl`).
+  void set_tls_client(tls::TlsClient* c) { tls_client_ = c; }
   /// Closes every idle cached connection (graceful shutdown) and caches none from now on.
   void shutdown();
   size_t idle_count() const { return idle_count_; }
@@ -213,6 +225,8 @@ class UpstreamGroup {
   UpstreamConnection* idle_tail_ = nullptr;
   size_t idle_count_ = 0;
   bool shutting_down_ = false;
+  tls::TlsClient* tls_client_ = nullptr;
+  std::vector<SSL_SESSION*> sessions_;  // by peer: the TLS session to resume (proxy_ssl_session_reuse)
 };
 
 }  // namespace kosoku::proxy

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/base/log.hh"
 #include "core/proxy/upstream_state.hh"
+#include "core/tls/tls_conf.hh"
 
 namespace kosoku::proxy {
 
@@ -40,7 +41,7 @@ void UpstreamFetch::end_try(int status) { proxy::end_try(*record_, status, group
 
 std::string UpstreamFetch::upstream_text() const {
   if (up_peer_ < 0) return conf_->pass_url;
-  return absl::StrCat("http://", group_->balancer().server(up_peer_).addr_text);
+  return absl::StrCat(conf_->pass_ssl ? "https://" : "http://", group_->balancer().server(up_peer_).addr_text);
 }
 
 void UpstreamFetch::start(UpstreamGroup& group, const Plan& plan, UpstreamRequest& request, UpstreamSink& sink,
@@ -60,6 +61,11 @@ void UpstreamFetch::start(UpstreamGroup& group, const Plan& plan, UpstreamReques
   up_peer_ = -1;
   chunked_.reset();
   group_->balancer().start(attempt_, plan.hash_key, conf_->next_upstream_tries);
+  if (conf_->ssl != nullptr) {
+    ssl_name_.assign(!conf_->ssl->name.empty() ? std::string_view(conf_->ssl->name)
+                     : conf_->ssl->name_is_host   ? plan.host
+                                                  : std::string_view(conf_->ssl_name));
+  }
 
   // Request body plan.
   body_buf_.clear();
@@ -135,7 +141,7 @@ void UpstreamFetch::connect_next() {
   up_peer_ = peer;
   begin_try(*record_, group_->balancer().server(peer).addr_text, r.now_ms());
   std::string err;
-  up_ = group_->acquire(peer, this, &err);
+  up_ = group_->acquire(peer, this, &err, conf_->ssl, ssl_name_);
   if (up_ == nullptr) {
     end_try(502);
     KOSOKU_LOG(kAlert, "%s while connecting to upstream%s", err, context());

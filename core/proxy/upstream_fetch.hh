@@ -100,6 +100,7 @@ class UpstreamFetch final : public http::BodySink, public UpstreamUser, public r
   struct Plan {
     const ProxyLocationConf* conf = nullptr;  // proxy_pass's group, timeouts, buffer size, next_upstream...
     std::string_view hash_key;                // the group's expanded `hash` key (ignored without `hash`)
+    std::string_view host;                    // the request's $host (proxy_ssl_name $host)
     bool idempotent = true;                   // proxy_request.hh: idempotent()
     bool head = false;                        // the method sent is HEAD: the response has no content
     http::BodyFraming body = http::BodyFraming::kNone;  // the request body as it arrives (proxy_pass_request_body)
@@ -214,6 +215,7 @@ class UpstreamFetch final : public http::BodySink, public UpstreamUser, public r
 
   // Request.
   std::string req_head_;
+  std::string ssl_name_;        // proxy_pass https://: the name sent as SNI and verified
   bool head_ready_ = false;     // framing decided, req_head_ built
   BodyFraming framing_ = BodyFraming::kNone;
   uint64_t length_ = 0;         // Content-Length sent upstream (kLength)

@@ -83,6 +83,20 @@ struct SslSrvConf {
   uint64_t buffer_size = 16384;                      // `ssl_buffer_size`: largest record payload sent
 };
 
+/// TLS to an origin (nginx's proxy_ssl_* directives, location level; read by the proxy for proxy_pass https://).
+struct ClientConf {
+  static constexpr config::ConfLevel kLevel = config::ConfLevel::kLocation;
+  bool server_name = false;           // `proxy_ssl_server_name` (send SNI; nginx's default off)
+  std::string name;                   // `proxy_ssl_name` literal; empty: the proxy_pass host (port stripped)
+  bool name_is_host = false;          // `proxy_ssl_name $host`: the request's host
+  bool verify = false;                // `proxy_ssl_verify`
+  std::string trusted_certificate;    // `proxy_ssl_trusted_certificate FILE` (full path; checked at load)
+  uint32_t verify_depth = 1;          // `proxy_ssl_verify_depth`
+  uint32_t protocols = kTlsV12 | kTlsV13;  // `proxy_ssl_protocols`
+  std::string ciphers = "DEFAULT";    // `proxy_ssl_ciphers`
+  bool session_reuse = true;          // `proxy_ssl_session_reuse`
+};
+
 config::Module& module();
 
 /// Loads `cert_path` (PEM: leaf first, then its chain) and `key_path` (PEM private key) and checks that the

@@ -20,6 +20,7 @@
 // $ssl_alpn_protocol, $ssl_curve, $ssl_early_data. The handshake is bounded by client_header_timeout (the
 // connection's timer runs from the accept), as in nginx.
 #include <openssl/err.h>
+#include <openssl/x509.h>
 
 #include <cstdio>
 #include <map>
@@ -59,7 +60,8 @@ bool set_certificate_key(Builder& b, Scope& s, const Directive& d) {
   return true;
 }
 
-bool set_protocols(Builder& b, Scope& s, const Directive& d) {
+// `ssl_protocols` / `proxy_ssl_protocols` words into Protocol bits.
+bool parse_protocols(Builder& b, const Directive& d, uint32_t* out) {
   uint32_t mask = 0;
   for (size_t i = 0; i < d.args.size(); ++i) {
     const std::string& v = d.args[i].value;
@@ -77,9 +79,11 @@ bool set_protocols(Builder& b, Scope& s, const Directive& d) {
       return fail_invalid_value(b, d, i);
     }
   }
-  conf(s).protocols = mask;
+  *out = mask;
   return true;
 }
+
+bool set_protocols(Builder& b, Scope& s, const Directive& d) { return parse_protocols(b, d, &conf(s).protocols); }
 
 bool set_session_cache(Builder& b, Scope& s, const Directive& d) {
   SslSrvConf& c = conf(s);
@@ -140,6 +144,48 @@ bool set_early_data(Builder& b, Scope& s, const Directive& d) {
   return true;
 }
 
+ClientConf& client(Scope& s) { return s.loc->module<ClientConf>(); }
+
+bool set_proxy_ssl_protocols(Builder& b, Scope& s, const Directive& d) {
+  return parse_protocols(b, d, &client(s).protocols);
+}
+
+bool set_proxy_ssl_name(Builder& b, Scope& s, const Directive& d) {
+  const std::string& v = d.args[0].value;
+  ClientConf& c = client(s);
+  c.name.clear();
+  c.name_is_host = false;
+  if (v == "$host") {
+    c.name_is_host = true;
+  } else if (v != "$proxy_host") {
+    if (v.find('$') != std::string::npos) {
+      return b.fail(d.args[0].loc, "\"proxy_ssl_name\" takes a name, $proxy_host or $host (other variables are "
+                                   "not supported)");
+    }
+    c.name = v;
+  }
+  return true;
+}
+
+bool set_proxy_ssl_trusted_certificate(Builder& b, Scope& s, const Directive& d) {
+  const std::string& v = d.args[0].value;
+  std::string path = v.empty() || v[0] == '/' ? v : b.prefix + v;
+  X509_STORE* store = X509_STORE_new();
+  const bool ok = X509_STORE_load_file(store, path.c_str()) == 1;
+  X509_STORE_free(store);
+  if (!ok) {
+    return b.fail(d.args[0].loc, absl::StrCat("cannot load trusted certificates \"", path, "\" (SSL: ",
+                                              ssl_errors(), ")"));
+  }
+  client(s).trusted_certificate = std::move(path);
+  return true;
+}
+
+template <auto M>
+void inherit_client(LocationConf& c, const LocationConf& p) {
+  c.module<ClientConf>().*M = p.module<ClientConf>().*M;
+}
+
 bool set_ssl(Builder& b, Scope&, const Directive& d) {
   return b.fail(d.loc, "the \"ssl\" directive is not supported: use the \"listen ... ssl\" parameter");
 }
@@ -179,6 +225,30 @@ constexpr DirectiveSpec kTlsDirectives[] = {
     {.name = "ssl_buffer_size", .contexts = kCtx, .args = kTake1, .set = set_size<&SslSrvConf::buffer_size>,
      .merge_srv = inherit<&SslSrvConf::buffer_size>, .default_value = "16k"},
     {.name = "ssl", .contexts = kCtx, .args = kTake1, .set = set_ssl},
+    // TLS to origins (proxy_pass https://)
+    {.name = "proxy_ssl_server_name", .contexts = kCtxHttpAny, .args = kTake1,
+     .set = set_flag<&ClientConf::server_name>, .merge_loc = inherit_client<&ClientConf::server_name>,
+     .default_value = "off"},
+    {.name = "proxy_ssl_name", .contexts = kCtxHttpAny, .args = kTake1, .set = set_proxy_ssl_name,
+     .merge_loc =
+         [](LocationConf& c, const LocationConf& p) {
+           inherit_client<&ClientConf::name>(c, p);
+           inherit_client<&ClientConf::name_is_host>(c, p);
+         }},
+    {.name = "proxy_ssl_verify", .contexts = kCtxHttpAny, .args = kTake1, .set = set_flag<&ClientConf::verify>,
+     .merge_loc = inherit_client<&ClientConf::verify>, .default_value = "off"},
+    {.name = "proxy_ssl_trusted_certificate", .contexts = kCtxHttpAny, .args = kTake1,
+     .set = set_proxy_ssl_trusted_certificate, .merge_loc = inherit_client<&ClientConf::trusted_certificate>},
+    {.name = "proxy_ssl_verify_depth", .contexts = kCtxHttpAny, .args = kTake1,
+     .set = set_number<&ClientConf::verify_depth, 0>, .merge_loc = inherit_client<&ClientConf::verify_depth>,
+     .default_value = "1"},
+    {.name = "proxy_ssl_protocols", .contexts = kCtxHttpAny, .args = k1More, .set = set_proxy_ssl_protocols,
+     .merge_loc = inherit_client<&ClientConf::protocols>, .default_value = "TLSv1.2 TLSv1.3"},
+    {.name = "proxy_ssl_ciphers", .contexts = kCtxHttpAny, .args = kTake1, .set = set_string<&ClientConf::ciphers>,
+     .merge_loc = inherit_client<&ClientConf::ciphers>, .default_value = "DEFAULT"},
+    {.name = "proxy_ssl_session_reuse", .contexts = kCtxHttpAny, .args = kTake1,
+     .set = set_flag<&ClientConf::session_reuse>, .merge_loc = inherit_client<&ClientConf::session_reuse>,
+     .default_value = "on"},
 };
 
 std::string full_path(const Builder& b, const std::string& p) { return p.empty() || p[0] == '/' ? p : b.prefix + p; }
@@ -383,7 +453,7 @@ class TlsCore final : public http::ModuleCore {
   net::FilterStream* filter_accepted(net::Stream& s, const config::ListenSocket& listen) override {
     SSL* ssl = contexts_.new_ssl(listen);
     if (ssl == nullptr) return nullptr;
-    auto* t = new TlsStream(s, ssl, TlsStream::Role::kServer, contexts_.shared);
+    auto* t = new TlsStream(&s, ssl, TlsStream::Role::kServer, contexts_.shared);
     t->set_record_limit(listen.default_server->module<SslSrvConf>().buffer_size);
     return t;
   }

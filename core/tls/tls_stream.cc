@@ -4,7 +4,10 @@
 #include <openssl/bio.h>
 #include <openssl/err.h>
 
+#include <openssl/x509.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 
 #include "core/base/log.hh"
@@ -82,8 +85,8 @@ BIO_METHOD* stream_bio_method() {
   return m;
 }
 
-TlsStream::TlsStream(net::Stream& lower, SSL* ssl, Role role, TlsShared& shared)
-    : lower_(&lower), ssl_(ssl), shared_(shared), role_(role) {
+TlsStream::TlsStream(net::Stream* lower, SSL* ssl, Role role, TlsShared& shared)
+    : lower_(lower), ssl_(ssl), shared_(shared), role_(role) {
   BIO* bio = BIO_new(shared.bio_method != nullptr ? shared.bio_method : stream_bio_method());
   BIO_set_data(bio, this);
   SSL_set_bio(ssl_, bio, bio);
@@ -100,6 +103,10 @@ TlsStream::~TlsStream() {
   out_.clear([this](net::OutBlock* b) { release_block(b); });
   plain_in_.release(shared_.in_pool);
   if (waiting_cert_ && shared_.counters.handshakes_waiting > 0) --shared_.counters.handshakes_waiting;
+  // A connection that ended without a TLS error keeps its session resumable: OpenSSL marks the session of an
+  // SSL freed without a sent close_notify as bad (an aborted upstream connection, a client gone after its
+  // response), which would cost the next connection a full handshake.
+  if (error_ == 0) SSL_set_shutdown(ssl_, SSL_SENT_SHUTDOWN | SSL_RECEIVED_SHUTDOWN);
   SSL_free(ssl_);
 }
 
@@ -275,7 +282,7 @@ void TlsStream::on_closed(net::Stream&, int error) {
   lower_ = nullptr;
   state_ = State::kClosed;
   dead_ = true;
-  handler_->on_closed(*this, error);
+  handler_->on_closed(*this, error_ != 0 ? error_ : error);
   post();  // freed from the loop, outside every caller's frame
 }
 
@@ -283,9 +290,23 @@ void TlsStream::fail(const char* what, int ssl_error) {
   if (state_ != State::kOpen) ++shared_.counters.handshakes_failed;
   std::string errors = ssl_errors();
   if (ssl_error == SSL_ERROR_SYSCALL && errors.empty()) errors = "unexpected eof";
-  KOSOKU_LOG(kInfo, "%s (%d: %s) while %s, client: %.*s", what, ssl_error, errors.c_str(),
-             state_ == State::kOpen ? "reading or writing TLS records" : "SSL handshaking",
-             static_cast<int>(peer_text().size()), peer_text().data());
+  if (role_ == Role::kClient) {  // an origin: an error for the operator (nginx logs these at error level)
+    const long verify = SSL_get_verify_result(ssl_);
+    if (verify != X509_V_OK) {
+      KOSOKU_LOG(kError, "upstream SSL certificate verify error: (%ld:%s) while SSL handshaking to upstream, "
+                 "upstream: %.*s", verify, X509_verify_cert_error_string(verify),
+                 static_cast<int>(peer_text().size()), peer_text().data());
+    } else {
+      KOSOKU_LOG(kError, "%s (%d: %s) while %s to upstream, upstream: %.*s", what, ssl_error, errors.c_str(),
+                 state_ == State::kOpen ? "reading or writing TLS records" : "SSL handshaking",
+                 static_cast<int>(peer_text().size()), peer_text().data());
+    }
+  } else {
+    KOSOKU_LOG(kInfo, "%s (%d: %s) while %s, client: %.*s", what, ssl_error, errors.c_str(),
+               state_ == State::kOpen ? "reading or writing TLS records" : "SSL handshaking",
+               static_cast<int>(peer_text().size()), peer_text().data());
+  }
+  error_ = EPROTO;
   closing_ = true;
   if (lower_ != nullptr) lower_->close(Close::kAbort);
 }

@@ -65,8 +65,14 @@ class TlsStream final : public net::FilterStream, public reactor::Task {
  public:
   enum class Role { kServer, kClient };
   /// Takes ownership of `ssl` (SSL_free at the end). A server starts reading the ClientHello at once; a client
-  /// starts its handshake when `lower` connects (on_connected).
-  TlsStream(net::Stream& lower, SSL* ssl, Role role, TlsShared& shared);
+  /// starts its handshake when `lower` connects (on_connected). A client's lower stream may be attached after
+  /// construction (attach): the stream is the handler Stack::connect is given.
+  TlsStream(net::Stream* lower, SSL* ssl, Role role, TlsShared& shared);
+  void attach(net::Stream& lower) { lower_ = &lower; }
+  /// A client's session slot: the newest session the server gave is kept there (one reference; the slot's
+  /// owner frees it), for the next connection to resume (proxy_ssl_session_reuse).
+  void set_session_slot(SSL_SESSION** slot) { session_slot_ = slot; }
+  SSL_SESSION** session_slot() const { return session_slot_; }
   TlsStream(const TlsStream&) = delete;
   TlsStream& operator=(const TlsStream&) = delete;
   ~TlsStream();
@@ -160,6 +166,8 @@ class TlsStream final : public net::FilterStream, public reactor::Task {
   size_t low_water_ = 0;
   size_t record_limit_ = 16384;
   std::string server_name_;
+  SSL_SESSION** session_slot_ = nullptr;
+  int error_ = 0;                 // why the layer closed the lower stream (EPROTO: a TLS failure), for on_closed
   net::InBuffer plain_in_;
   net::OutChain out_;                 // plaintext not yet encrypted
   uint64_t plain_committed_ = 0;      // plaintext bytes the writer committed (a stream position)
