@@ -10,13 +10,16 @@ user-network port forward and the console:
   - GET / returns the site's index page (first HTTP 200 timed from QEMU's start);
   - `stats json` counts exactly the requests made; on DPDK, `stats` shows the port's rx/tx packet counters and
     they grew by at least the packets those requests take;
+  - the same pages over HTTPS (`listen 443 ssl` with the self-signed default certificate build-image generated
+    for the test config, verified against the copy in the image directory, for the name "kosoku"; on DPDK
+    through kosoku's own TCP stack), `$ssl_protocol` TLSv1.3;
   - `config` prints the SHA-256 of the host's config file and says it matches the flashed digest;
   - the console answers while wrk loads the server (SeaBIOS runs);
   - `poweroff` makes QEMU exit with status 0, after the data disk was unmounted (DPDK image: read-write data
     disk, which the host's e2fsck then finds clean).
 The DPDK image boots with SeaBIOS and with OVMF (same hybrid disk), the kernel image with SeaBIOS. A fatal
 error reboots or halts as configured. A broken config must fail `make image` with kosoku's
-`file:line:col: message` and leave no image.
+`file:line:col: message` and leave no image; so must a key that does not match its certificate (build only).
 
 Environment:
   KOSOKU_BIN            the kosoku binary (default build/release/kosoku; must be static)
@@ -27,6 +30,7 @@ Only one QEMU runs at a time. Measurements (sizes, boot times) go to build/appli
 from __future__ import annotations
 
 import concurrent.futures
+import gzip
 import hashlib
 import json
 import os
@@ -34,6 +38,7 @@ import re
 import select
 import shutil
 import socket
+import ssl
 import subprocess
 import tempfile
 import time
@@ -79,6 +84,14 @@ def record(key: str, value) -> None:
 
 
 TEST_SITE_INDEX = b"<!DOCTYPE html>\n<title>kosoku appliance test</title>\n<p>appliance-boot-test-marker</p>\n"
+# The test config's HTTPS server uses build-image's documented default pair (generated when absent).
+TLS_SERVER = """        listen 443 ssl;
+        ssl_certificate tls/default.crt;
+        ssl_certificate_key tls/default.key;
+        location = /tls-info {
+            return 200 "$ssl_protocol $https\\n";
+        }
+"""
 
 
 def appliance_test_config(port: int = 80, backend: str = "dpdk") -> str:
@@ -120,7 +133,7 @@ http {{
     access_log off;
     server {{
         listen {port} default_server;
-        server_name _;
+{TLS_SERVER}        server_name _;
         root /data;
         index index.html;
     }}
@@ -213,6 +226,40 @@ def http_get(port: int, path: str = "/", timeout: float = 5) -> tuple[int, bytes
         return r.status, r.read()
 
 
+def https_get(port: int, path: str, cafile: Path, timeout: float = 60) -> tuple[int, bytes, str]:
+    """GET over TLS from 127.0.0.1:port, verifying the server's certificate against `cafile` for the name
+    "kosoku" (the appliance's host name, in the default certificate's subjectAltName) → (status, body, the
+    negotiated protocol). One connection per request (`Connection: close`)."""
+    ctx = ssl.create_default_context(cafile=str(cafile))
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as raw:
+        with ctx.wrap_socket(raw, server_hostname="kosoku") as s:
+            s.sendall(f"GET {path} HTTP/1.1\r\nHost: kosoku\r\nConnection: close\r\n\r\n".encode())
+            data = b""
+            while chunk := s.recv(65536):
+                data += chunk
+            version = s.version()
+    head, _, body = data.partition(b"\r\n\r\n")
+    m = re.search(rb"(?im)^content-length:\s*(\d+)", head)
+    assert m and int(m.group(1)) == len(body), (head, len(body))
+    return int(head.split(b" ", 2)[1]), body, version
+
+
+def cpio_entries(initramfs: Path) -> dict[str, tuple[int, bytes]]:
+    """The newc cpio inside initramfs.cpio.gz: name → (mode, data)."""
+    raw, out, at = gzip.decompress(initramfs.read_bytes()), {}, 0
+    while True:
+        assert raw[at:at + 6] == b"070701", at
+        f = [int(raw[at + 6 + 8 * i: at + 14 + 8 * i], 16) for i in range(13)]
+        mode, size, namesize = f[1], f[6], f[11]
+        name_at = at + 110
+        name = raw[name_at: name_at + namesize - 1].decode()
+        data_at = name_at + namesize + (-(110 + namesize) % 4)
+        if name == "TRAILER!!!":
+            return out
+        out[name] = (mode, raw[data_at: data_at + size])
+        at = data_at + size + (-size % 4)
+
+
 def stats_json(serial: Serial) -> dict:
     reply = serial.command("stats json")
     return json.loads(reply[reply.index("{"): reply.rindex("}") + 1])
@@ -226,6 +273,7 @@ class Vm:
     def __init__(self, image: Path, workdir: Path, bios: str, tag: str = "", nic_model: str = "transitional",
                  netns: str = "", tap: str = "", queues: int = 1, guest: str = ""):
         self.port = free_port()
+        self.https_port = free_port()  # forwarded to the guest's :443
         self.netns, self.guest = netns, guest
         # A unix socket path must fit in 108 bytes: keep it short, away from pytest's long tmp paths.
         self.sockdir = Path(tempfile.mkdtemp(prefix="kosoku-vm-"))
@@ -236,7 +284,7 @@ class Vm:
         self.t0 = time.monotonic()
         cmd = [str(IMAGE / "run-qemu"), "--image", str(image), "--bios", bios, "--port", str(self.port),
                "--serial-socket", str(self.sock), "--serial-log", str(self.log), "--accel", "tcg",
-               "--nic-model", nic_model]
+               "--nic-model", nic_model, "--fwd", f"{self.https_port}:443"]
         if netns:
             cmd = ["ip", "netns", "exec", netns, *cmd, "--tap", tap, "--queues", str(queues)]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
@@ -351,6 +399,9 @@ def test_boot_serve_console_poweroff(built_image, tmp_path, backend, bios):
     image = built_image[backend]
     manifest = image["manifest"]
     dpdk = backend == "dpdk"
+    files = {f["path"]: f for f in manifest["config_files"]}
+    assert files["tls/default.crt"]["generated"] and files["tls/default.key"]["private"], files
+    assert manifest["default_certificate"]["subject_cn"] == "10.0.2.15", manifest["default_certificate"]
     if dpdk:
         assert manifest["nic"] == "uio" and manifest["network"] == "dpdk", manifest
         assert manifest["modules"][:2] == ["nic uio.ko", "nic uio_pci_generic.ko"], manifest["modules"]
@@ -373,6 +424,16 @@ def test_boot_serve_console_poweroff(built_image, tmp_path, backend, bios):
         assert status == 200 and body == TEST_SITE_INDEX
         status, body = http_get(vm.port, "/sub/file.txt")
         assert status == 200 and body == b"a file in a subdirectory\n"
+        # HTTPS on :443 (on DPDK: TLS over kosoku's own TCP stack), the certificate build-image generated
+        # (manifest and the image directory's copy), verified for the name "kosoku".
+        cafile = image["dir"] / "tls" / "default.crt"
+        t = time.monotonic()
+        status, body, version = https_get(vm.https_port, "/", cafile)
+        times["first_https_request_s"] = round(time.monotonic() - t, 2)
+        assert (status, body, version) == (200, TEST_SITE_INDEX, "TLSv1.3")
+        assert https_get(vm.https_port, "/sub/file.txt", cafile)[:2] == (200, b"a file in a subdirectory\n")
+        assert https_get(vm.https_port, "/tls-info", cafile)[:2] == (200, b"TLSv1.3 on\n")
+        assert http_get(vm.port, "/tls-info")[1] == b" \n"  # plain HTTP: no $ssl_protocol, $https empty
 
         serial = vm.console()
         serial.command("", timeout=30)  # an empty LF line: echo off, fresh prompt
@@ -705,3 +766,101 @@ def test_broken_config_fails_make_image_and_leaves_no_image(tmp_path):
     assert "no image built" in output, output
     assert not out.exists(), list(out.iterdir())
     assert not list(tmp_path.glob(".out.tmp-*")), "a temporary build directory was left behind"
+
+
+def openssl(*args: str) -> None:
+    subprocess.run(["openssl", *args], check=True, capture_output=True, timeout=60)
+
+
+def self_signed(tmp: Path, name: str, cn: str) -> tuple[Path, Path]:
+    """A self-signed ECDSA P-256 certificate and its key (tmp/NAME.crt, tmp/NAME.key)."""
+    crt, key = tmp / f"{name}.crt", tmp / f"{name}.key"
+    openssl("req", "-x509", "-config", "/dev/null", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-noenc",
+            "-keyout", str(key), "-out", str(crt), "-days", "30", "-subj", f"/CN={cn}")
+    return crt, key
+
+
+def test_mismatched_key_fails_the_build_and_an_operator_pair_is_flashed(tmp_path):
+    """Build only (no boot). The operator's own pair at the documented default path: with a key that does not
+    match the certificate, build-image fails with kosoku's `file:line:col: message` (the same loader, `kosoku
+    -t`), generates nothing and writes no image; with the right key, both are flashed next to /etc/kosoku.conf
+    at their relative paths (the key mode 0600), recorded with their SHA-256 (the key: only that it is there
+    and its hash), and nothing is generated. An absolute path in /tmp (a tmpfs on the appliance, mounted
+    before kosoku loads its config) is refused with the config position."""
+    if shutil.which("openssl") is None:
+        pytest.skip("needs the openssl CLI")
+    kosoku = kosoku_bin()
+    assert kosoku.is_file(), f"{kosoku} not found: run `make build`"
+    confdir = tmp_path / "conf"
+    (confdir / "tls").mkdir(parents=True)
+    crt, key = self_signed(confdir / "tls", "default", "operator.test")
+    _, other_key = self_signed(tmp_path, "other", "other.test")
+    good_key = key.read_bytes()
+    key.write_bytes(other_key.read_bytes())
+    conf = confdir / "appliance.conf"
+    conf.write_text(appliance_test_config())
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "index.html").write_bytes(TEST_SITE_INDEX)
+    out = tmp_path / "out"
+    cmd = [str(IMAGE / "build-image"), "--config", str(conf), "--site", str(site), "--out", str(out),
+           "--kosoku", str(kosoku), "--no-deps"]
+    t0 = time.monotonic()
+    p = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
+    record("image_build_mismatched_key_seconds", round(time.monotonic() - t0, 2))
+    output = p.stdout + p.stderr
+    assert p.returncode != 0, output
+    line = conf.read_text().splitlines().index("        ssl_certificate tls/default.crt;") + 1
+    assert re.search(rf"{re.escape(str(conf))}:{line}:\d+: .*private key does not match the certificate", output), output
+    assert "no image built" in output and "generated a self-signed" not in output, output
+    assert not out.exists() and not list(tmp_path.glob(".out.tmp-*")), list(tmp_path.iterdir())
+
+    key.write_bytes(good_key)
+    p = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "self-signed default certificate" not in p.stderr, p.stderr
+    manifest = json.loads((out / "manifest.json").read_text())
+    files = {f["path"]: f for f in manifest["config_files"]}
+    assert files["tls/default.crt"] == {"directive": "ssl_certificate", "path": "tls/default.crt",
+                                        "image_path": "/etc/tls/default.crt", "bytes": len(crt.read_bytes()),
+                                        "sha256": hashlib.sha256(crt.read_bytes()).hexdigest(), "source": str(crt)}
+    assert files["tls/default.key"] == {"directive": "ssl_certificate_key", "path": "tls/default.key",
+                                        "image_path": "/etc/tls/default.key", "private": True,
+                                        "sha256": hashlib.sha256(good_key).hexdigest()}
+    assert "default_certificate" not in manifest and not (out / "tls").exists()
+    entries = cpio_entries(out / "initramfs.cpio.gz")
+    assert entries["etc/tls/default.crt"] == (0o100644, crt.read_bytes())
+    assert entries["etc/tls/default.key"] == (0o100600, good_key)
+
+    # An absolute path is kept as is in the image, but not one PID 1 mounts over before the config is loaded.
+    ca, _ = self_signed(tmp_path, "ca", "ca.test")
+    conf.write_text(appliance_test_config().replace("        listen 443 ssl;\n", f"        listen 443 ssl;\n"
+                                                    f"        proxy_ssl_trusted_certificate {ca};\n"))
+    p = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
+    assert p.returncode != 0, p.stdout + p.stderr
+    assert re.search(rf"{re.escape(str(conf))}:\d+:\d+: proxy_ssl_trusted_certificate {re.escape(str(ca))}: "
+                     r"cannot be flashed at .* \(PID 1 mounts a file system there", p.stderr), p.stderr
+    assert "no image built" in p.stderr
+
+
+def test_default_certificate_is_kept_across_rebuilds(built_image, tmp_path):
+    """Build only. The fixture's images got a generated default certificate (its copy in the image directory);
+    rebuilding over such an image keeps the same pair ("reused", same certificate, key and fingerprint), so
+    clients told to trust the appliance's certificate keep trusting it; the flashed pair is the copy's."""
+    image = built_image["dpdk"]
+    out = tmp_path / "image"
+    out.mkdir()
+    shutil.copy(image["dir"] / "manifest.json", out)
+    shutil.copytree(image["dir"] / "tls", out / "tls")
+    assert (out / "tls" / "default.key").stat().st_mode & 0o777 == 0o600
+    p = subprocess.run([str(IMAGE / "build-image"), "--config", str(image["conf"]), "--site", str(built_image["site"]),
+                        "--out", str(out), "--kosoku", str(kosoku_bin()), "--no-deps"], cwd=REPO, capture_output=True,
+                       text=True)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "reused the self-signed default certificate" in p.stderr, p.stderr
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["default_certificate"] == image["manifest"]["default_certificate"]
+    assert manifest["config_files"] == image["manifest"]["config_files"]
+    entries = cpio_entries(out / "initramfs.cpio.gz")
+    for name, mode in (("default.crt", 0o100644), ("default.key", 0o100600)):
+        assert entries[f"etc/tls/{name}"] == (mode, (image["dir"] / "tls" / name).read_bytes())
