@@ -34,6 +34,15 @@ struct DiskQueueStats {
   LatencyHistogram latency; // submit → completion, queued ops only
 };
 
+/// TLS handshakes on a core's `listen ... ssl` sockets (core/tls/).
+struct TlsCounters {
+  uint64_t handshakes = 0;          // completed
+  uint64_t handshakes_failed = 0;   // failed, refused or cut before completion
+  uint64_t sessions_reused = 0;     // completed handshakes that resumed a session (ticket or cache)
+  uint64_t plain_http = 0;          // connections that sent plain HTTP to a TLS socket
+  uint64_t handshakes_waiting = 0;  // gauge: handshakes suspended while a certificate is read
+};
+
 struct CoreStats {
   int core = 0;
   // connections
@@ -59,6 +68,7 @@ struct CoreStats {
   // acknowledged): gauges
   uint64_t shared_buffers = 0;
   uint64_t shared_buffer_bytes = 0;
+  TlsCounters tls;
   // loop
   uint64_t loop_iterations = 0;
   uint64_t start_time_s = 0;

@@ -58,6 +58,11 @@ void add_core(CoreStats& dst, const CoreStats& src) {
   dst.loop_iterations += src.loop_iterations;
   dst.shared_buffers += src.shared_buffers;
   dst.shared_buffer_bytes += src.shared_buffer_bytes;
+  dst.tls.handshakes += src.tls.handshakes;
+  dst.tls.handshakes_failed += src.tls.handshakes_failed;
+  dst.tls.sessions_reused += src.tls.sessions_reused;
+  dst.tls.plain_http += src.tls.plain_http;
+  dst.tls.handshakes_waiting += src.tls.handshakes_waiting;
   if (src.start_time_s != 0 && (dst.start_time_s == 0 || src.start_time_s < dst.start_time_s)) {
     dst.start_time_s = src.start_time_s;
   }
@@ -225,7 +230,10 @@ void json_body(std::string& out, const CoreStats& c) {
   }
   absl::StrAppend(&out, "},\"open_file_cache\":{\"hits\":", c.ofc_hits, ",\"misses\":", c.ofc_misses,
                   ",\"entries\":", c.ofc_entries, "},\"shared_buffers\":{\"buffers\":", c.shared_buffers,
-                  ",\"bytes\":", c.shared_buffer_bytes, "},\"loop_iterations\":", c.loop_iterations,
+                  ",\"bytes\":", c.shared_buffer_bytes, "},\"tls\":{\"handshakes\":", c.tls.handshakes,
+                  ",\"handshakes_failed\":", c.tls.handshakes_failed, ",\"sessions_reused\":",
+                  c.tls.sessions_reused, ",\"plain_http\":", c.tls.plain_http, ",\"handshakes_waiting\":",
+                  c.tls.handshakes_waiting, "},\"loop_iterations\":", c.loop_iterations,
                   ",\"disk_queues\":[");
   bool first = true;
   for (const DiskQueueStats& q : c.disk) {
@@ -317,6 +325,8 @@ std::string render_text(const Snapshot& s) {
   out += "\n";
   absl::StrAppend(&out, "open_file_cache hits ", t.ofc_hits, " misses ", t.ofc_misses, " entries ", t.ofc_entries,
                   "\n");
+  absl::StrAppend(&out, "tls handshakes ", t.tls.handshakes, " failed ", t.tls.handshakes_failed, " reused ",
+                  t.tls.sessions_reused, " plain_http ", t.tls.plain_http, " waiting ", t.tls.handshakes_waiting, "\n");
   for (const DiskQueueStats& q : t.disk) {
     absl::StrAppend(&out, "disk_queue ", q.name, " submitted ", q.submitted, " inline ", q.inline_done,
                     " completed ", q.completed, " in_flight ", q.in_flight, " waiting ", q.waiting, " overflows ",
@@ -437,6 +447,16 @@ std::string render_prometheus(const Snapshot& s) {
                    [](const CoreStats& c) { return c.ofc_misses; });
   prom_core_family(out, s, "open_file_cache_entries", "open_file_cache entries", "gauge",
                    [](const CoreStats& c) { return c.ofc_entries; });
+  prom_core_family(out, s, "tls_handshakes_total", "TLS handshakes completed", "counter",
+                   [](const CoreStats& c) { return c.tls.handshakes; });
+  prom_core_family(out, s, "tls_handshakes_failed_total", "TLS handshakes failed or refused", "counter",
+                   [](const CoreStats& c) { return c.tls.handshakes_failed; });
+  prom_core_family(out, s, "tls_sessions_reused_total", "TLS handshakes that resumed a session", "counter",
+                   [](const CoreStats& c) { return c.tls.sessions_reused; });
+  prom_core_family(out, s, "tls_plain_http_total", "Plain HTTP sent to a TLS socket", "counter",
+                   [](const CoreStats& c) { return c.tls.plain_http; });
+  prom_core_family(out, s, "tls_handshakes_waiting", "TLS handshakes waiting for a certificate", "gauge",
+                   [](const CoreStats& c) { return c.tls.handshakes_waiting; });
   prom_core_family(out, s, "loop_iterations_total", "Event loop iterations", "counter",
                    [](const CoreStats& c) { return c.loop_iterations; });
 

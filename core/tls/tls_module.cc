@@ -445,8 +445,9 @@ constexpr http::PhaseHandler kPhases[] = {{.phase = http::Phase::kPostRead, .run
 /// One core's TLS: the contexts, and the layer for every stream accepted on an ssl socket.
 class TlsCore final : public http::ModuleCore {
  public:
-  explicit TlsCore(reactor::Reactor& r) : pool_(256) {
+  TlsCore(reactor::Reactor& r, stats::CoreStats* stats) : pool_(256) {
     contexts_.shared.reactor = &r;
+    if (stats != nullptr) contexts_.shared.counters = &stats->tls;
     contexts_.shared.in_pool = &pool_;
   }
   bool build(const config::MainConf& conf, std::string* err) { return contexts_.build(conf, err); }
@@ -457,7 +458,6 @@ class TlsCore final : public http::ModuleCore {
     t->set_record_limit(listen.default_server->module<SslSrvConf>().buffer_size);
     return t;
   }
-  const TlsCounters& counters() const { return contexts_.shared.counters; }
 
  private:
   net::InBufferPool pool_;
@@ -478,7 +478,7 @@ config::Module& module() {
         bool any = false;
         for (const config::ListenSocket& ls : core.conf->http.listen_sockets) any = any || ls.conf.ssl;
         if (!any) return nullptr;
-        auto t = std::make_unique<TlsCore>(*core.reactor);
+        auto t = std::make_unique<TlsCore>(*core.reactor, core.stats);
         if (!t->build(*core.conf, err)) return nullptr;
         return t;
       },

@@ -102,7 +102,7 @@ TlsStream::TlsStream(net::Stream* lower, SSL* ssl, Role role, TlsShared& shared)
 TlsStream::~TlsStream() {
   out_.clear([this](net::OutBlock* b) { release_block(b); });
   plain_in_.release(shared_.in_pool);
-  if (waiting_cert_ && shared_.counters.handshakes_waiting > 0) --shared_.counters.handshakes_waiting;
+  if (waiting_cert_ && shared_.counters->handshakes_waiting > 0) --shared_.counters->handshakes_waiting;
   // A connection that ended without a TLS error keeps its session resumable: OpenSSL marks the session of an
   // SSL freed without a sent close_notify as bad (an aborted upstream connection, a client gone after its
   // response), which would cost the next connection a full handshake.
@@ -132,7 +132,7 @@ void TlsStream::run() {
 void TlsStream::resume_handshake() {
   if (waiting_cert_) {
     waiting_cert_ = false;
-    --shared_.counters.handshakes_waiting;
+    --shared_.counters->handshakes_waiting;
   }
   post();
 }
@@ -148,7 +148,7 @@ void TlsStream::drive() {
     // else is taken for plain HTTP, which the HTTP layer answers (and its parser refuses garbage with 400).
     if (static_cast<unsigned char>(in[0]) != 22) {
       state_ = State::kPlain;
-      ++shared_.counters.plain_http;
+      ++shared_.counters->plain_http;
       handler_->on_readable(*this);
       return;
     }
@@ -178,7 +178,7 @@ bool TlsStream::handshake() {
     if (e == SSL_ERROR_WANT_CLIENT_HELLO_CB) {  // the callback waits for a certificate: resume_handshake()
       if (!waiting_cert_) {
         waiting_cert_ = true;
-        ++shared_.counters.handshakes_waiting;
+        ++shared_.counters->handshakes_waiting;
       }
       return false;
     }
@@ -186,8 +186,8 @@ bool TlsStream::handshake() {
     return false;
   }
   state_ = State::kOpen;
-  ++shared_.counters.handshakes;
-  if (SSL_session_reused(ssl_)) ++shared_.counters.sessions_reused;
+  ++shared_.counters->handshakes;
+  if (SSL_session_reused(ssl_)) ++shared_.counters->sessions_reused;
   if (role_ == Role::kClient) {
     handler_->on_connected(*this);
     if (told_closed()) return false;
@@ -225,6 +225,9 @@ void TlsStream::read_records() {
   }
   if (plain_in_.empty()) plain_in_.release(shared_.in_pool);
   if (lower_ != nullptr) lower_->flush();  // post-handshake messages (session tickets, key updates)
+  // Nothing buffered: OpenSSL's record buffers go (SSL_MODE_RELEASE_BUFFERS frees them only after an
+  // application record, not after the handshake's last one), so an idle connection holds none.
+  if (lower_ != nullptr && lower_->input().empty()) SSL_free_buffers(ssl_);
   if (got) {
     handler_->on_readable(*this);
     if (told_closed()) return;
@@ -287,7 +290,7 @@ void TlsStream::on_closed(net::Stream&, int error) {
 }
 
 void TlsStream::fail(const char* what, int ssl_error) {
-  if (state_ != State::kOpen) ++shared_.counters.handshakes_failed;
+  if (state_ != State::kOpen) ++shared_.counters->handshakes_failed;
   std::string errors = ssl_errors();
   if (ssl_error == SSL_ERROR_SYSCALL && errors.empty()) errors = "unexpected eof";
   if (role_ == Role::kClient) {  // an origin: an error for the operator (nginx logs these at error level)

@@ -35,24 +35,17 @@
 #include "core/net/in_buffer.hh"
 #include "core/net/out_chain.hh"
 #include "core/reactor/reactor.hh"
+#include "core/stats/counters.hh"
 
 namespace kosoku::tls {
-
-/// One core's TLS counters (status and Prometheus).
-struct TlsCounters {
-  uint64_t handshakes = 0;          // completed
-  uint64_t handshakes_failed = 0;   // failed or cut before completion
-  uint64_t sessions_reused = 0;     // completed handshakes that resumed a session
-  uint64_t plain_http = 0;          // plain HTTP requests on a TLS socket
-  uint64_t handshakes_waiting = 0;  // handshakes suspended for a certificate read (now)
-};
 
 /// What one core's TLS streams share.
 struct TlsShared {
   reactor::Reactor* reactor = nullptr;
   net::InBufferPool* in_pool = nullptr;  // plaintext input buffers
   BIO_METHOD* bio_method = nullptr;      // the BIO over a net::Stream (tls_stream.cc: make_bio_method)
-  TlsCounters counters;
+  stats::TlsCounters* counters = &spare;  // the core's (CoreStats::tls); `spare` for clients and tests
+  stats::TlsCounters spare;
   static constexpr size_t kGatherBytes = 16384;
   char gather[kGatherBytes];  // small pieces gathered into one record
   net::BlockPool<4096 - sizeof(net::OutBlock), 64> blocks;  // emptied copied output blocks kept for reuse

@@ -206,8 +206,8 @@ http {{
         r = self.ns_run("curl", "-sS", "--fail", "-m", "20", f"http://{self.addr}:{PORT}/status?format=json")
         return json.loads(r.stdout)
 
-    def ns_run(self, *args: str, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess:
-        return _run("ip", "netns", "exec", self.ns, *args, check=check, timeout=timeout)
+    def ns_run(self, *args: str, check: bool = True, timeout: float = 60, **kw) -> subprocess.CompletedProcess:
+        return _run("ip", "netns", "exec", self.ns, *args, check=check, timeout=timeout, **kw)
 
     def fetch_sha256(self, name: str, tool: str = "curl", timeout: float = 60) -> str:
         out = self.base / f"got-{tool}-{name}"
@@ -244,10 +244,26 @@ http {{
         return took
 
 
+TLS_PORT = 8443
+
+
+def _self_signed(base: Path) -> tuple[Path, Path]:
+    """A self-signed ECDSA P-256 certificate for the TLS server of the rig."""
+    cert, key = base / "tls.crt", base / "tls.key"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+                    "-keyout", str(key), "-out", str(cert), "-days", "2", "-subj", "/CN=tap.test"],
+                   check=True, capture_output=True)
+    return cert, key
+
+
 @pytest.fixture(scope="module")
 def rig(tmp_path_factory, request):
-    r = TapRig(tmp_path_factory.mktemp("dpdk-tap"), 40 + os.getpid() % 50,
-               server_extra="        location = /status { status; }")
+    base = tmp_path_factory.mktemp("dpdk-tap")
+    cert, key = _self_signed(base)
+    tls_server = (f"    server {{ listen {TLS_PORT} ssl; ssl_certificate {cert}; ssl_certificate_key {key};\n"
+                  f"        root {base}/www; }}")
+    r = TapRig(base, 40 + os.getpid() % 50, server_extra="        location = /status { status; }",
+               http_extra=tls_server)
     r.start()
     request.node.rig_failed = False
     yield r
@@ -320,6 +336,28 @@ def test_idle_keepalive_connection_holds_no_file_buffer(rig):
     st = json.loads(out)
     assert st["connections"]["active"] >= 2, st["connections"]  # the idle keep-alive connection and /status
     assert st["shared_buffers"] == {"buffers": 0, "bytes": 0}, st["shared_buffers"]
+
+
+def test_https_through_kosoku_tcp_byte_exact(rig):
+    """HTTPS through the DPDK stack: TLS records over kosoku's own TCP, 1 KiB to 32 MiB byte-exact, several
+    requests on one TLS connection, and a resumed session (ticket) on a new connection."""
+    for name in ("1k.bin", "1m.bin", "32m.bin"):
+        out = rig.base / f"tls-{name}"
+        rig.ns_run("curl", "-sS", "--fail", "-k", "-m", "60", "-o", str(out),
+                   f"https://{rig.addr}:{TLS_PORT}/{name}", timeout=65)
+        assert hashlib.sha256(out.read_bytes()).hexdigest() == rig.digests[name], name
+        out.unlink()
+    r = rig.ns_run("curl", "-sS", "--fail", "-k", "-m", "20", "-o", "/dev/null", "-o", "/dev/null",
+                   "-w", "%{num_connects} ", f"https://{rig.addr}:{TLS_PORT}/1k.bin",
+                   f"https://{rig.addr}:{TLS_PORT}/1m.bin")
+    assert r.stdout.split() == ["1", "0"], r.stdout  # the second request reused the TLS connection
+    sess = rig.base / "tls.sess"
+    first = rig.ns_run("openssl", "s_client", "-connect", f"{rig.addr}:{TLS_PORT}", "-servername", "tap.test",
+                       "-sess_out", str(sess), "-ign_eof", input="GET /missing HTTP/1.0\r\n\r\n")
+    assert "New, TLSv1.3" in first.stdout, first.stdout[-800:]
+    again = rig.ns_run("openssl", "s_client", "-connect", f"{rig.addr}:{TLS_PORT}", "-servername", "tap.test",
+                       "-sess_in", str(sess), "-ign_eof", input="GET /missing HTTP/1.0\r\n\r\n")
+    assert "Reused, TLSv1.3" in again.stdout, again.stdout[-800:]
 
 
 def test_byte_exact_wget(rig):
