@@ -269,7 +269,9 @@ void UpstreamFetch::on_upstream_error(int error) {
   switch (phase_) {
     case Phase::kConnecting:
     case Phase::kWaitingHead: {
-      if (phase_ == Phase::kConnecting) {
+      if (phase_ == Phase::kConnecting && error == EPROTO) {
+        // A TLS handshake failure: the TLS layer logged why (nginx logs only that line).
+      } else if (phase_ == Phase::kConnecting) {
         KOSOKU_LOG(kError, "connect() failed (%d: %s) while connecting to upstream%s", error, what, context());
       } else {
         KOSOKU_LOG(kError, "upstream connection failed (%d: %s) while reading response header from upstream%s",

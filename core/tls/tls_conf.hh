@@ -22,6 +22,8 @@ struct Module;
 
 namespace kosoku::tls {
 
+class SharedSessionCache;
+
 /// A certificate chain and its private key, loaded from PEM files (or from the certificate store). The
 /// OpenSSL objects are reference counted and only read after loading, so every core may use them at once.
 struct Credential {
@@ -73,6 +75,9 @@ struct SslSrvConf {
   config::SourceLoc conf_command_loc;
   SessionCache session_cache = SessionCache::kNone;  // `ssl_session_cache`
   uint64_t session_cache_entries = 20480;            // builtin[:SIZE] (sessions per core)
+  std::string shared_cache_name;                     // shared:NAME:SIZE (one cache for every core)
+  uint64_t shared_cache_bytes = 0;
+  std::shared_ptr<SharedSessionCache> shared_cache;  // finalize: the process's cache of that name
   uint64_t session_timeout_ms = 300000;              // `ssl_session_timeout` (5m)
   bool session_tickets = true;                       // `ssl_session_tickets`
   std::vector<std::string> ticket_key_files;         // `ssl_session_ticket_key FILE;` (first encrypts)

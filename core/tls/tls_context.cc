@@ -16,6 +16,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "core/base/log.hh"
+#include "core/tls/session_cache.hh"
 
 namespace kosoku::tls {
 
@@ -219,8 +220,7 @@ int alpn_select(SSL*, const unsigned char** out, unsigned char* outlen, const un
   return SSL_TLSEXT_ERR_OK;
 }
 
-// The host_name of a ClientHello's server_name extension (RFC 6066 §3), lower-cased; false if absent or
-// malformed.
+// The host_name of a ClientHello's server_name extension (RFC 6066 §3), as sent; false if absent or malformed.
 bool sni_of(SSL* ssl, std::string* name) {
   const unsigned char* p = nullptr;
   size_t len = 0;
@@ -230,9 +230,8 @@ bool sni_of(SSL* ssl, std::string* name) {
   size_t n = (size_t{p[3]} << 8) | p[4];
   if (n == 0 || n + 5 > len || n > 255) return false;
   name->assign(reinterpret_cast<const char*>(p + 5), n);
-  for (char& ch : *name) {
+  for (char ch : *name) {
     if (static_cast<unsigned char>(ch) < 0x21 || static_cast<unsigned char>(ch) > 0x7e) return false;
-    ch = absl::ascii_tolower(static_cast<unsigned char>(ch));
   }
   return true;
 }
@@ -276,8 +275,9 @@ int client_hello(SSL* ssl, int* alert, void* arg) {
   if (listen == nullptr || t == nullptr) return SSL_CLIENT_HELLO_SUCCESS;
   std::string name;
   if (t->server_name().empty() && sni_of(ssl, &name)) t->set_server_name(name);
-  const config::ServerConf* srv =
-      t->server_name().empty() ? listen->default_server : listen->find_server(t->server_name());
+  // Server names compare case-insensitively (RFC 6066 §3: DNS host names); $ssl_server_name keeps the bytes.
+  const std::string host = absl::AsciiStrToLower(t->server_name());
+  const config::ServerConf* srv = host.empty() ? listen->default_server : listen->find_server(host);
   const SslSrvConf& c = srv->module<SslSrvConf>();
   if (c.reject_handshake) {
     *alert = SSL_AD_UNRECOGNIZED_NAME;
@@ -333,7 +333,12 @@ SSL_CTX* new_server_ctx(const SslSrvConf& c, std::string* err) {
     }
   }
   SSL_CTX_set_session_id_context(ctx, reinterpret_cast<const unsigned char*>("kosoku"), 6);
-  if (c.session_cache == SessionCache::kBuiltin) {
+  if (c.shared_cache != nullptr) {
+    SharedSessionCache::install(ctx, [](const SSL_CTX* x) -> SharedSessionCache* {
+      const SslSrvConf* sc = conf_of(x);
+      return sc != nullptr ? sc->shared_cache.get() : nullptr;
+    });
+  } else if (c.session_cache == SessionCache::kBuiltin) {
     SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_SERVER);
     SSL_CTX_sess_set_cache_size(ctx, static_cast<long>(c.session_cache_entries));
   } else {

@@ -37,6 +37,7 @@
 #include "core/http/phase.hh"
 #include "core/http/variables.hh"
 #include "core/tls/tls_conf.hh"
+#include "core/tls/session_cache.hh"
 #include "core/tls/tls_context.hh"
 #include "core/tls/tls_stream.hh"
 
@@ -99,17 +100,14 @@ bool set_session_cache(Builder& b, Scope& s, const Directive& d) {
         if (!n || *n == 0) return fail_invalid_value(b, d, i);
         c.session_cache_entries = *n;
       }
-    } else if (v.rfind("shared:", 0) == 0) {
-      // nginx's shared zone (one cache for every worker) would be a lock between cores: each core keeps a
-      // builtin cache of about SIZE / 256 bytes sessions instead; tickets resume on any core.
+    } else if (v.rfind("shared:", 0) == 0) {  // one cache for every core (session_cache.hh)
       std::string_view rest = v.substr(7);
       size_t colon = rest.find(':');
       auto size = colon == std::string_view::npos ? std::nullopt : parse_size(rest.substr(colon + 1));
       if (colon == 0 || !size || *size < 8192) return fail_invalid_value(b, d, i);
-      c.session_cache = SessionCache::kBuiltin;
-      c.session_cache_entries = *size / 256;
-      b.notice(d.args[i].loc, "\"ssl_session_cache shared\" is kept per core (shared-nothing); session tickets "
-                              "resume on every core");
+      c.shared_cache_name = std::string(rest.substr(0, colon));
+      c.shared_cache_bytes = *size;
+      if (c.session_cache != SessionCache::kBuiltin) c.session_cache = SessionCache::kOff;
     } else {
       return fail_invalid_value(b, d, i);
     }
@@ -211,7 +209,9 @@ constexpr DirectiveSpec kTlsDirectives[] = {
     {.name = "ssl_conf_command", .contexts = kCtx, .args = kTake2, .flags = kMulti, .set = set_conf_command,
      .merge_srv = inherit<&SslSrvConf::conf_commands, &SslSrvConf::conf_command_loc>},
     {.name = "ssl_session_cache", .contexts = kCtx, .args = kTake12, .set = set_session_cache,
-     .merge_srv = inherit<&SslSrvConf::session_cache, &SslSrvConf::session_cache_entries>, .default_value = "none"},
+     .merge_srv = inherit<&SslSrvConf::session_cache, &SslSrvConf::session_cache_entries,
+                          &SslSrvConf::shared_cache_name, &SslSrvConf::shared_cache_bytes>,
+     .default_value = "none"},
     {.name = "ssl_session_timeout", .contexts = kCtx, .args = kTake1, .set = set_sec_as_msec<&SslSrvConf::session_timeout_ms>,
      .merge_srv = inherit<&SslSrvConf::session_timeout_ms>, .default_value = "5m"},
     {.name = "ssl_session_tickets", .contexts = kCtx, .args = kTake1, .set = set_flag<&SslSrvConf::session_tickets>,
@@ -278,6 +278,7 @@ bool read_ticket_key(Builder& b, const std::string& file, const SourceLoc& loc, 
 bool finalize(Builder& b) {
   HttpConf& http = b.main->http;
   std::map<std::pair<std::string, std::string>, std::shared_ptr<const Credential>> loaded;  // inherited once
+  std::map<std::string, std::shared_ptr<SharedSessionCache>> caches;  // shared:NAME:SIZE, by NAME
   std::vector<bool> on_ssl(http.servers.size(), false);
   for (const ListenSocket& ls : http.listen_sockets) {
     if (!ls.conf.ssl) continue;
@@ -313,6 +314,11 @@ bool finalize(Builder& b) {
       c.ticket_keys.push_back(k);
     }
     if (!c.dhparam.empty()) c.dhparam = full_path(b, c.dhparam);
+    if (!c.shared_cache_name.empty()) {
+      std::shared_ptr<SharedSessionCache>& cache = caches[c.shared_cache_name];
+      if (cache == nullptr) cache = std::make_shared<SharedSessionCache>(c.shared_cache_name, c.shared_cache_bytes);
+      c.shared_cache = cache;
+    }
     if (!on_ssl[si]) continue;
     std::string err;
     SSL_CTX* ctx = new_server_ctx(c, &err);

@@ -144,9 +144,11 @@ void TlsStream::drive() {
   if (state_ == State::kDetect) {
     std::span<const char> in = lower_->input();
     if (in.empty()) return;
-    // A TLS connection starts with a handshake record (RFC 8446 §5.1: ContentType handshake = 22); anything
-    // else is taken for plain HTTP, which the HTTP layer answers (and its parser refuses garbage with 400).
-    if (static_cast<unsigned char>(in[0]) != 22) {
+    // A TLS connection starts with a handshake record (RFC 8446 §5.1: ContentType handshake = 22), or an
+    // SSLv2-format ClientHello (high bit set: OpenSSL refuses it); anything else is taken for plain HTTP, which
+    // the HTTP layer answers (and its parser refuses garbage with 400), as nginx does.
+    const auto first = static_cast<unsigned char>(in[0]);
+    if (first != 22 && (first & 0x80) == 0) {
       state_ = State::kPlain;
       ++shared_.counters->plain_http;
       handler_->on_readable(*this);
@@ -295,7 +297,11 @@ void TlsStream::fail(const char* what, int ssl_error) {
   if (ssl_error == SSL_ERROR_SYSCALL && errors.empty()) errors = "unexpected eof";
   if (role_ == Role::kClient) {  // an origin: an error for the operator (nginx logs these at error level)
     const long verify = SSL_get_verify_result(ssl_);
-    if (verify != X509_V_OK) {
+    const char* host = X509_VERIFY_PARAM_get0_host(SSL_get0_param(ssl_), 0);
+    if (verify == X509_V_ERR_HOSTNAME_MISMATCH && host != nullptr) {
+      KOSOKU_LOG(kError, "upstream SSL certificate does not match \"%s\" while SSL handshaking to upstream, "
+                 "upstream: %.*s", host, static_cast<int>(peer_text().size()), peer_text().data());
+    } else if (verify != X509_V_OK) {
       KOSOKU_LOG(kError, "upstream SSL certificate verify error: (%ld:%s) while SSL handshaking to upstream, "
                  "upstream: %.*s", verify, X509_verify_cert_error_string(verify),
                  static_cast<int>(peer_text().size()), peer_text().data());

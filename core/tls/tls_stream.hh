@@ -76,7 +76,7 @@ class TlsStream final : public net::FilterStream, public reactor::Task {
   SSL* ssl() const { return ssl_; }
   bool plain_http() const { return state_ == State::kPlain; }
   bool handshake_done() const { return state_ == State::kOpen; }
-  /// The SNI name the client sent (lower-case), empty if none ($ssl_server_name).
+  /// The SNI name as the client sent it, empty if none ($ssl_server_name).
   const std::string& server_name() const { return server_name_; }
   void set_server_name(std::string_view name) { server_name_.assign(name); }
   /// Largest record payload to send (ssl_buffer_size).

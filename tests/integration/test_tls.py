@@ -1010,8 +1010,11 @@ def test_proxy_unverified_sends_no_sni(tls_proxy):
 
 @pytest.mark.parametrize("path, log", [
     ("/wrong-name/x", 'upstream SSL certificate does not match "wrong.test" while SSL handshaking to upstream'),
-    ("/untrusted/x", "upstream SSL certificate verify error: (21:unable to verify the first certificate) "
-                     "while SSL handshaking to upstream"),
+    # nginx accepts the chain in the handshake and checks it after (21: "unable to verify the first
+    # certificate"); kosoku refuses it during the handshake, where OpenSSL names the missing issuer (20).
+    ("/untrusted/x", re.compile(r"upstream SSL certificate verify error: \((20:unable to get local issuer "
+                                r"certificate|21:unable to verify the first certificate)\) while SSL handshaking "
+                                r"to upstream")),
 ])
 def test_proxy_verification_failures_are_502(tls_proxy, path, log):
     tls = tls_proxy
@@ -1020,9 +1023,11 @@ def test_proxy_verification_failures_are_502(tls_proxy, path, log):
     assert r.status == 502, r
     assert tls.origin.requests[n:] == [], "the request went to an origin that failed verification"
     deadline = time.monotonic() + 3
-    while log not in tls.server.error_log() and time.monotonic() < deadline:
+    found = (lambda: log.search(tls.server.error_log()) is not None) if isinstance(log, re.Pattern) else (
+        lambda: log in tls.server.error_log())
+    while not found() and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert log in tls.server.error_log(), tls.server.error_log()[-2000:]
+    assert found(), tls.server.error_log()[-2000:]
 
 
 # ---------------------------------------------------------------------------------------------- config errors (-t)
