@@ -14,6 +14,7 @@ Runs only `kosoku -t` (no DPDK start, no root needed).
 """
 from __future__ import annotations
 
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -76,8 +77,14 @@ def test_main_lcore_inside_the_lcore_set_passes(tmp_path, eal):
     assert r.returncode == 0, (eal, r.stderr)
 
 
-def test_appliance_configuration_passes():
-    conf = sut.REPO / "conf" / "appliance.conf"
+def test_appliance_configuration_passes(tmp_path):
+    # A copy of conf/ with the default TLS pair the image build generates when it is absent.
+    shutil.copytree(sut.REPO / "conf", tmp_path / "conf")
+    (tmp_path / "conf" / "tls").mkdir(exist_ok=True)
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+                    "-keyout", str(tmp_path / "conf/tls/default.key"), "-out", str(tmp_path / "conf/tls/default.crt"),
+                    "-days", "2", "-subj", "/CN=kosoku"], check=True, capture_output=True)
+    conf = tmp_path / "conf" / "appliance.conf"
     r = subprocess.run([sut.kosoku_bin(), "-t", "-c", str(conf)], capture_output=True, text=True, timeout=30)
     assert r.returncode == 0, r.stderr
 

@@ -25,6 +25,7 @@
 #include "image/nic.hh"
 #include "image/pid1.hh"
 #include "image/sha256.hh"
+#include "tests/unit/tls_test_util.hh"
 
 namespace kosoku::appliance {
 namespace {
@@ -406,10 +407,14 @@ TEST(NetworkLine, NamesTheBackendAddressGatewayAndBoundNic) {
 }
 
 // The shipped appliance configs: the default image runs DPDK on 10.0.2.15 (QEMU user-net) with hugepages and
-// one worker; conf/appliance-kernel.conf keeps the kernel backend on eth0.
+// one worker; conf/appliance-kernel.conf keeps the kernel backend on eth0. Both serve HTTPS with the default
+// pair the image build generates (here: a copy of conf/ with a pair made by the test).
 TEST(ShippedApplianceConfigs, DpdkByDefaultKernelKept) {
   const auto repo = std::filesystem::path(__FILE__).parent_path().parent_path().parent_path();
-  config::LoadResult dpdk = config::load((repo / "conf/appliance.conf").string());
+  char tmpl[] = "/tmp/kosoku_appliance_conf_XXXXXX";
+  const std::filesystem::path dir = ::mkdtemp(tmpl);
+  config::LoadResult dpdk =
+      config::load(kosoku::testing::shipped_conf_with_default_pair(repo, dir, "appliance.conf"));
   ASSERT_TRUE(dpdk.ok()) << dpdk.error.message;
   EXPECT_TRUE(dpdk.warnings.empty());
   const config::MainConf& d = *dpdk.conf;
@@ -422,7 +427,7 @@ TEST(ShippedApplianceConfigs, DpdkByDefaultKernelKept) {
               d.network.dpdk.eal.end());
   EXPECT_EQ(network_line(d.network, {}), "network dpdk 10.0.2.15/24 via 10.0.2.2 (DPDK PMD, kosoku's TCP/IP stack)");
 
-  config::LoadResult kernel = config::load((repo / "conf/appliance-kernel.conf").string());
+  config::LoadResult kernel = config::load((dir / "appliance-kernel.conf").string());
   ASSERT_TRUE(kernel.ok()) << kernel.error.message;
   EXPECT_TRUE(kernel.warnings.empty());
   const config::MainConf& k = *kernel.conf;
@@ -430,6 +435,10 @@ TEST(ShippedApplianceConfigs, DpdkByDefaultKernelKept) {
   EXPECT_EQ(k.appliance.address, "10.0.2.15/24");
   EXPECT_EQ(k.appliance.gateway, "10.0.2.2");
   EXPECT_EQ(k.appliance.interface, "eth0");
+  EXPECT_TRUE(k.http.listen_sockets.size() >= 2 &&
+              std::any_of(k.http.listen_sockets.begin(), k.http.listen_sockets.end(),
+                          [](const config::ListenSocket& ls) { return ls.conf.ssl; }));
+  std::filesystem::remove_all(dir);
 }
 
 // The console thread over a socketpair: the same bytes a QEMU socket chardev carries.

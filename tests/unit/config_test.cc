@@ -27,6 +27,7 @@
 #include "core/static/static_conf.hh"
 #include "core/stats/status_module.hh"
 #include "gtest/gtest.h"
+#include "tests/unit/tls_test_util.hh"
 
 namespace kosoku::config {
 namespace {
@@ -629,9 +630,10 @@ TEST(ConfigListen, ConflictingNamesWarn) {
 // ---- the shipped files ----
 
 TEST(ConfigShipped, DefaultAndApplianceConfigsLoad) {
-  for (const char* name : {"conf/default.conf", "conf/appliance.conf"}) {
-    std::string path = (std::filesystem::path(__FILE__).parent_path().parent_path().parent_path() / name).string();
-    LoadResult r = load(path);
+  const auto repo = std::filesystem::path(__FILE__).parent_path().parent_path().parent_path();
+  TempDir dir;  // conf/ with the default TLS pair the image build generates for the appliance
+  for (const char* name : {"default.conf", "appliance.conf"}) {
+    LoadResult r = load(kosoku::testing::shipped_conf_with_default_pair(repo, dir.path(), name));
     ASSERT_TRUE(r.ok()) << r.error.message;
     EXPECT_TRUE(r.warnings.empty()) << r.warnings[0];
     const ServerConf& s = *r.conf->http.servers[0];
