@@ -70,14 +70,14 @@ void register_stats_once() {
 
 // One cached name. Loading: `op` is (or was) in the disk queue; the entry is not in the LRU.
 struct CertCache::Entry final : public disk::DiskCallback {
-  enum class State { kLoading, kReady, kFailed };
+  enum class State { kNew, kLoading, kReady, kFailed };
   enum class Stage { kOpen, kRead };
 
   CertCache* cache = nullptr;  // null: orphaned (the cache went away while the op was in flight)
   std::string key;
   uint64_t version = 0;       // the index version this entry is (or will be) loaded at
   uint64_t load_version = 0;  // the version the running load started at
-  State state = State::kLoading;
+  State state = State::kNew;
   Stage stage = Stage::kOpen;
   LoadedCert cert;
   disk::DiskOp op;
@@ -105,8 +105,9 @@ struct CertCache::Entry final : public disk::DiskCallback {
   }
 };
 
-CertCache::CertCache(reactor::Reactor& r, disk::DiskQueue& queue, CertStore& store, const CertsConf& conf)
-    : reactor_(r), queue_(queue), store_(store), max_(conf.cache_max == 0 ? 1 : conf.cache_max),
+CertCache::CertCache(reactor::Reactor& r, disk::DiskQueue& queue, CertStore& store, const CertsConf& conf,
+                     config::AioMode mode)
+    : reactor_(r), queue_(queue), mode_(mode), store_(store), max_(conf.cache_max == 0 ? 1 : conf.cache_max),
       inactive_ms_(conf.cache_inactive_ms) {
   reader_ = store_.index().qsbr().enroll();
   admin_ = std::make_unique<AdminHandler>(*this);
@@ -248,7 +249,7 @@ bool CertCache::advance(Entry& e) {
     if (!pending_result) {
       e.op.result = 0;
       e.op.user_data = &e;
-      disk::DiskQueue::Submit s = queue_.submit(e.op, config::AioMode::kIoUring);
+      disk::DiskQueue::Submit s = queue_.submit(e.op, mode_);
       if (s == disk::DiskQueue::Submit::kQueued) {
         e.queued = true;
         return false;

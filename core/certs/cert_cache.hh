@@ -108,8 +108,11 @@ class CertCache final : public http::ModuleCore, public reactor::Poller, public 
   /// Largest certificate file read (bytes); a larger file is a load failure.
   static constexpr size_t kMaxFileBytes = 1 << 20;
 
-  /// `queue`: the core's disk queue (its ops complete on `r`). Timers on `r`; register with r.add_poller().
-  CertCache(reactor::Reactor& r, disk::DiskQueue& queue, CertStore& store, const CertsConf& conf);
+  /// `queue`: the core's disk queue (its ops complete on `r`), used in `mode` (io_uring in the server;
+  /// tests also use the thread pool, whose ops always complete later). Timers on `r`; register with
+  /// r.add_poller().
+  CertCache(reactor::Reactor& r, disk::DiskQueue& queue, CertStore& store, const CertsConf& conf,
+            config::AioMode mode = config::AioMode::kIoUring);
   ~CertCache() override;
   CertCache(const CertCache&) = delete;
   CertCache& operator=(const CertCache&) = delete;
@@ -164,6 +167,7 @@ class CertCache final : public http::ModuleCore, public reactor::Poller, public 
 
   reactor::Reactor& reactor_;
   disk::DiskQueue& queue_;
+  config::AioMode mode_;
   CertStore& store_;
   Qsbr::Reader* reader_ = nullptr;
   size_t max_;

@@ -133,12 +133,15 @@ bool parse_bundle(std::string_view pem, CertBundle* out, std::string* error) {
     auto no_pass = [](char*, int, int, void*) -> int { return -1; };
     b.key = PEM_read_bio_PrivateKey(bio.get(), nullptr, no_pass, nullptr);
     if (b.key == nullptr) {
-      unsigned long e = ERR_peek_last_error();
-      const bool absent = e == 0 || ERR_GET_REASON(e) == PEM_R_NO_START_LINE;
-      std::string reason = openssl_reason();
-      *error = absent ? "no private key in the PEM body (expected a \"-----BEGIN PRIVATE KEY-----\" block)"
-                      : absl::StrCat("the private key does not parse (", reason,
-                                     "; encrypted keys are not supported)");
+      const std::string reason = openssl_reason();
+      if (pem.find("PRIVATE KEY-----") == std::string_view::npos) {
+        *error = "no private key in the PEM body (expected a \"-----BEGIN PRIVATE KEY-----\" block)";
+      } else if (pem.find("-----BEGIN ENCRYPTED PRIVATE KEY-----") != std::string_view::npos ||
+                 pem.find("Proc-Type: 4,ENCRYPTED") != std::string_view::npos) {
+        *error = "the private key is encrypted (store it unencrypted: the server cannot ask for a passphrase)";
+      } else {
+        *error = absl::StrCat("the private key does not parse (", reason, ")");
+      }
       return false;
     }
     EVP_PKEY* second = PEM_read_bio_PrivateKey(bio.get(), nullptr, no_pass, nullptr);

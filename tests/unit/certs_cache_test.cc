@@ -40,12 +40,15 @@ class CertCacheTest : public ::testing::Test {
     cache_.reset();
     queue_.reset();
   }
-  void make_cache(uint32_t max, uint64_t inactive_ms = 600000) {
+  // `poller` false: not registered with the loop (Reactor has no remove_poller: a test that destroys the
+  // cache while the loop runs must not register it).
+  void make_cache(uint32_t max, uint64_t inactive_ms = 600000, config::AioMode mode = config::AioMode::kIoUring,
+                  bool poller = true) {
     CertsConf c;
     c.cache_max = max;
     c.cache_inactive_ms = inactive_ms;
-    cache_ = std::make_unique<CertCache>(reactor_, *queue_, *store_, c);
-    reactor_.add_poller(cache_.get());
+    cache_ = std::make_unique<CertCache>(reactor_, *queue_, *store_, c, mode);
+    if (poller) reactor_.add_poller(cache_.get());
   }
   // Stores `host` with a fresh certificate for CN=cn; returns its fingerprint.
   std::string put(const std::string& host, const std::string& cn, std::string pem = {}) {
@@ -247,6 +250,88 @@ TEST_F(CertCacheTest, WaiterIsToldAtMostOnceOrCancelled) {
   EXPECT_EQ(r, fp);
   EXPECT_NE(pr, CertCache::Result::kAbsent);
   EXPECT_EQ(c.calls, 0);
+}
+
+// Through the disk queue's thread pool every op completes later: the pending path, the waiter's
+// notification, and a second handshake joining the same load.
+TEST_F(CertCacheTest, PendingLoadTellsEveryWaiterOnce) {
+  make_cache(10, 600000, config::AioMode::kThreads);
+  const std::string fp = put("a.example", "a");
+  Waiter w1, w2, gone;
+  CertCache::Result r1{}, r2{}, r3{}, again{};
+  std::string fp_again;
+  LoopScript s(reactor_);
+  s.then([&] {
+    const LoadedCert* out = nullptr;
+    r1 = cache_->find("a.example", &w1, &out);
+    r2 = cache_->find("a.example", &w2, &out);
+    r3 = cache_->find("a.example", &gone, &out);
+    cache_->cancel(&gone);
+  });
+  s.wait_until([&] { return w1.calls > 0 && w2.calls > 0; });
+  s.then([&] {
+    const LoadedCert* out = nullptr;
+    again = cache_->find("a.example", &w1, &out);
+    if (again == CertCache::Result::kFound) fp_again = describe(out->leaf, out->chain, out->key).sha256;
+  });
+  s.sleep_ms(20);
+  ASSERT_TRUE(s.run());
+  EXPECT_EQ(r1, CertCache::Result::kPending);
+  EXPECT_EQ(r2, CertCache::Result::kPending);
+  EXPECT_EQ(r3, CertCache::Result::kPending);
+  EXPECT_EQ(w1.calls, 1);
+  EXPECT_EQ(w2.calls, 1);
+  EXPECT_EQ(gone.calls, 0);
+  EXPECT_EQ(again, CertCache::Result::kFound);
+  EXPECT_EQ(fp_again, fp);
+  EXPECT_EQ(cache_->counters().misses, 1u);
+  EXPECT_EQ(cache_->counters().loads, 1u);
+  EXPECT_GE(qstats_.completed, 2u);
+}
+
+// A replacement published while the old version is being read: the waiters get the new one.
+TEST_F(CertCacheTest, VersionChangeDuringLoadReadsAgain) {
+  make_cache(10, 600000, config::AioMode::kThreads);
+  put("a.example", "one");
+  std::string v2;
+  Waiter w;
+  CertCache::Result r{};
+  std::string got;
+  LoopScript s(reactor_);
+  s.then([&] {
+    const LoadedCert* out = nullptr;
+    r = cache_->find("a.example", &w, &out);
+    v2 = put("a.example", "two");
+    cache_->find("a.example", &w, &out);  // sees the new version while the first load runs
+  });
+  s.wait_until([&] { return w.calls > 0; });
+  s.then([&] {
+    const LoadedCert* out = nullptr;
+    if (cache_->find("a.example", nullptr, &out) == CertCache::Result::kFound) {
+      got = describe(out->leaf, out->chain, out->key).sha256;
+    }
+  });
+  ASSERT_TRUE(s.run());
+  EXPECT_EQ(r, CertCache::Result::kPending);
+  EXPECT_EQ(w.calls, 1);
+  EXPECT_EQ(got, v2);
+}
+
+// The core goes away while a load is in flight: the entry outlives the cache until its op completes.
+TEST_F(CertCacheTest, DestroyedWhileLoading) {
+  make_cache(10, 600000, config::AioMode::kThreads, false);
+  put("a.example", "a");
+  Waiter w;
+  LoopScript s(reactor_);
+  s.then([&] {
+    const LoadedCert* out = nullptr;
+    EXPECT_EQ(cache_->find("a.example", &w, &out), CertCache::Result::kPending);
+    cache_.reset();
+    EXPECT_FALSE(w.waiting());
+  });
+  s.sleep_ms(50);
+  ASSERT_TRUE(s.run());
+  EXPECT_EQ(w.calls, 0);
 }
 
 }  // namespace
