@@ -159,6 +159,14 @@ void AdminState::start() {
     return;
   }
   if (m == http::Method::kPut) {
+    // An empty body ("Content-Length: 0") is refused at once: the connection would wait for body bytes
+    // that never come (HttpConnection::read_body delivers no end for a zero length).
+    const http::Request& q = ex_->request();
+    if (q.body == http::BodyFraming::kNone ||
+        (q.body == http::BodyFraming::kContentLength && q.content_length.value_or(0) == 0)) {
+      handle_put();
+      return;
+    }
     ex_->read_body(this);  // on_body_data..., then on_body_end → handle_put
     return;
   }
