@@ -140,7 +140,7 @@ void AdminState::start() {
     return;
   }
   if (get) {
-    if (index.get(host_) == 0) {
+    if (index.version(host_) == 0) {
       reply_error(404, absl::StrCat("no certificate for host \"", host_, "\""));
       return;
     }
@@ -148,7 +148,7 @@ void AdminState::start() {
     return;
   }
   if (m == http::Method::kDelete) {
-    if (index.get(host_) == 0) {
+    if (index.version(host_) == 0) {
       reply_error(404, absl::StrCat("no certificate for host \"", host_, "\""));
       return;
     }
@@ -180,7 +180,7 @@ void AdminState::answer_get() {
     case CertCache::Result::kPending:
       return;  // on_cert_ready
     case CertCache::Result::kAbsent:
-      if (cache_.store().index().get(host_) == 0) {
+      if (cache_.store().index().version(host_) == 0) {
         reply_error(404, absl::StrCat("no certificate for host \"", host_, "\""));
       } else {
         reply_error(500, absl::StrCat("the certificate file of \"", host_, "\" could not be loaded (see the error log)"));
