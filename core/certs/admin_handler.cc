@@ -80,8 +80,10 @@ bool split_admin_path(std::string_view uri, std::string_view loc_prefix, bool* l
 }
 
 AdminState::~AdminState() {
-  cache_.cancel(this);
+  if (cache_ == nullptr) return;
+  cache_->cancel(this);
   if (job_ != nullptr) job_->owner = nullptr;
+  cache_->remove_admin(this);
 }
 
 void AdminState::reply(int status, const std::string& body) {
@@ -92,10 +94,12 @@ void AdminState::reply(int status, const std::string& body) {
 void AdminState::reply_error(int status, std::string_view message) { reply(status, error_json(message)); }
 
 void AdminState::on_abort() {
-  cache_.cancel(this);
-  if (job_ != nullptr) {
-    job_->owner = nullptr;  // the write goes on; nobody is answered
-    job_ = nullptr;
+  if (cache_ != nullptr) {
+    cache_->cancel(this);
+    if (job_ != nullptr) {
+      job_->owner = nullptr;  // the write goes on; nobody is answered
+      job_ = nullptr;
+    }
   }
   ex_->release();
 }
@@ -114,7 +118,7 @@ void AdminState::start() {
   }
   const http::Method m = ex_->request().method;
   const bool get = m == http::Method::kGet || m == http::Method::kHead;
-  CertIndex& index = cache_.store().index();
+  CertIndex& index = cache_->store().index();
   if (list) {
     if (!get) {
       ex_->head().extra.assign("Allow: GET, HEAD\r\n");
@@ -176,11 +180,11 @@ void AdminState::start() {
 
 void AdminState::answer_get() {
   const LoadedCert* c = nullptr;
-  switch (cache_.find_exact(host_, this, &c)) {
+  switch (cache_->find_exact(host_, this, &c)) {
     case CertCache::Result::kPending:
       return;  // on_cert_ready
     case CertCache::Result::kAbsent:
-      if (cache_.store().index().version(host_) == 0) {
+      if (cache_->store().index().version(host_) == 0) {
         reply_error(404, absl::StrCat("no certificate for host \"", host_, "\""));
       } else {
         reply_error(500, absl::StrCat("the certificate file of \"", host_, "\" could not be loaded (see the error log)"));
@@ -223,7 +227,7 @@ void AdminState::on_body_error(int status) {
 void AdminState::handle_put() {
   CertBundle b;
   std::string err;
-  if (!parse_bundle(body_, &b, &err) || !check_validity(b.leaf, cache_.wall_time(), &err)) {
+  if (!parse_bundle(body_, &b, &err) || !check_validity(b.leaf, cache_->wall_time(), &err)) {
     reply_error(400, absl::StrCat(err, " (the stored certificate, if any, is kept)"));
     return;
   }
@@ -245,7 +249,7 @@ void AdminState::handle_put() {
 void AdminState::submit(std::unique_ptr<StoreJob> job) {
   job->owner = this;
   job_ = job.get();
-  cache_.store().submit(std::move(job), &cache_);
+  cache_->store().submit(std::move(job), cache_);
 }
 
 void AdminState::job_done(std::unique_ptr<StoreJob> job) {

@@ -36,7 +36,7 @@ inline constexpr size_t kMaxAdminBody = 1 << 20;
 /// Per-request state of the admin handler (Exchange::state()).
 class AdminState final : public http::ContentState, public http::BodySink, public CertWaiter {
  public:
-  AdminState(CertCache& cache, http::Exchange& ex) : cache_(cache), ex_(&ex) {}
+  AdminState(CertCache& cache, http::Exchange& ex) : cache_(&cache), ex_(&ex) { cache.add_admin(this); }
   ~AdminState() override;
 
   void start();
@@ -54,6 +54,11 @@ class AdminState final : public http::ContentState, public http::BodySink, publi
   /// A write came back from the store's writer thread (CertCache::poll, on the submitting core). Answers
   /// the request that submitted it, if it is still there.
   static void job_done(std::unique_ptr<StoreJob> job);
+  /// The core goes away first: forget it and the write in flight (the request is never answered).
+  void detach() {
+    job_ = nullptr;
+    cache_ = nullptr;
+  }
 
  private:
   void reply(int status, const std::string& body);
@@ -63,7 +68,7 @@ class AdminState final : public http::ContentState, public http::BodySink, publi
   void submit(std::unique_ptr<StoreJob> job);
   void finished(const StoreJob& job);
 
-  CertCache& cache_;
+  CertCache* cache_;  // null after detach()
   http::Exchange* ex_;
   std::string host_;
   std::string body_;

@@ -118,6 +118,9 @@ CertCache::CertCache(reactor::Reactor& r, disk::DiskQueue& queue, CertStore& sto
 }
 
 CertCache::~CertCache() {
+  store_.detach(this);  // no deliver() to this cache runs or starts after this
+  for (AdminState* st : admins_) st->detach();
+  admins_.clear();
   {
     std::lock_guard<std::mutex> lock(g_stats_mu);
     std::erase_if(stats_registry(), [&](const auto& p) { return p.second == &counters_; });

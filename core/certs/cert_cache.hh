@@ -145,6 +145,10 @@ class CertCache final : public http::ModuleCore, public reactor::Poller, public 
 
   // JobInbox: the writer thread hands back a finished admin write (any thread).
   void deliver(std::unique_ptr<StoreJob> job) override;
+  /// Live admin requests (admin_handler.cc): detached (never answered, never touching the cache again) if
+  /// the core goes away first.
+  void add_admin(AdminState* st) { admins_.push_back(st); }
+  void remove_admin(AdminState* st) { std::erase(admins_, st); }
 
  private:
   struct Entry;
@@ -184,6 +188,7 @@ class CertCache final : public http::ModuleCore, public reactor::Poller, public 
   std::mutex inbox_mu_;
   std::vector<std::unique_ptr<StoreJob>> inbox_;
   std::atomic<bool> inbox_ready_{false};
+  std::vector<AdminState*> admins_;
   std::unique_ptr<AdminHandler> admin_;
 };
 

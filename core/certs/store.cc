@@ -198,6 +198,15 @@ void CertStore::flush() {
   idle_cv_.wait(lock, [&] { return (queue_.empty() && !busy_) || !thread_.joinable(); });
 }
 
+void CertStore::detach(JobInbox* inbox) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& q : queue_) {
+    if (q.second == inbox) q.second = nullptr;
+  }
+  std::lock_guard<std::mutex> d(deliver_mu_);
+  if (current_inbox_ == inbox) current_inbox_ = nullptr;
+}
+
 void CertStore::run() {
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
@@ -206,9 +215,18 @@ void CertStore::run() {
     auto [job, inbox] = std::move(queue_.front());
     queue_.pop_front();
     busy_ = true;
+    {
+      std::lock_guard<std::mutex> d(deliver_mu_);
+      current_inbox_ = inbox;
+    }
     lock.unlock();
     run_job(*job);
-    if (inbox != nullptr) inbox->deliver(std::move(job));
+    {
+      std::lock_guard<std::mutex> d(deliver_mu_);
+      if (current_inbox_ != nullptr) current_inbox_->deliver(std::move(job));
+      current_inbox_ = nullptr;
+    }
+    job.reset();
     lock.lock();
     busy_ = false;
     if (queue_.empty()) idle_cv_.notify_all();

@@ -89,6 +89,9 @@ class CertStore {
   void submit(std::unique_ptr<StoreJob> job, JobInbox* inbox);
   /// Blocks until every job submitted so far has been delivered (tests, shutdown).
   void flush();
+  /// `inbox` goes away: jobs it submitted still run but are not delivered (their StoreJob is freed on the
+  /// writer thread). Returns once no deliver() to `inbox` runs or can start. Any thread.
+  void detach(JobInbox* inbox);
 
   /// The writer's steps, synchronous (the writer thread; tests): write the file durably then publish in
   /// the index / unlink durably then remove from the index. They fill job.ok/existed/version/error.
@@ -114,6 +117,8 @@ class CertStore {
   std::condition_variable idle_cv_;
   std::deque<std::pair<std::unique_ptr<StoreJob>, JobInbox*>> queue_;
   bool busy_ = false;
+  std::mutex deliver_mu_;              // held while a job is delivered; taken after mu_ by detach()
+  JobInbox* current_inbox_ = nullptr;  // the running job's inbox (deliver_mu_)
   bool stop_ = false;
   std::thread thread_;
 };

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "core/certs/admin_handler.hh"
 #include "core/certs/certs_conf.hh"
 #include "core/certs/console.hh"
 #include "core/certs/host_name.hh"
@@ -317,6 +318,42 @@ TEST(CertsStore, WriterThreadKeepsOrder) {
   EXPECT_GT(inbox.jobs[4]->version, inbox.jobs[3]->version);
   EXPECT_TRUE(inbox.jobs[5]->ok);
   EXPECT_EQ(s.index().get("c.example"), 0u);
+}
+
+TEST(CertsStore, DetachedInboxGetsNothing) {
+  TempDir tmp;
+  CertStore s(tmp.path());
+  std::string err;
+  ASSERT_TRUE(s.open(&err)) << err;
+  Collect kept, gone;
+  for (int i = 0; i < 20; ++i) {
+    auto j = std::make_unique<StoreJob>();
+    j->host = "d" + std::to_string(i) + ".example";
+    j->pem = "x";
+    s.submit(std::move(j), i % 2 == 0 ? &kept : &gone);
+  }
+  s.detach(&gone);
+  s.flush();
+  EXPECT_EQ(kept.jobs.size(), 10u);
+  EXPECT_LE(gone.jobs.size(), 1u);  // at most the one delivered before detach() returned
+  EXPECT_EQ(s.index().size(), 20u);  // the writes themselves all happened
+}
+
+TEST(CertsAdmin, SplitsPaths) {
+  bool list = false;
+  std::string_view host;
+  EXPECT_TRUE(split_admin_path("/admin/certs", "/admin/", &list, &host));
+  EXPECT_TRUE(list);
+  EXPECT_TRUE(split_admin_path("/admin/certs/", "/admin/", &list, &host));
+  EXPECT_TRUE(list);
+  EXPECT_TRUE(split_admin_path("/admin/certs/*.a.example", "/admin/", &list, &host));
+  EXPECT_FALSE(list);
+  EXPECT_EQ(host, "*.a.example");
+  EXPECT_TRUE(split_admin_path("/x/certs/a.example/", "", &list, &host));
+  EXPECT_EQ(host, "a.example");
+  EXPECT_FALSE(split_admin_path("/admin/certs/a/b", "/admin/", &list, &host));
+  EXPECT_FALSE(split_admin_path("/admin/certsx", "/admin/", &list, &host));
+  EXPECT_FALSE(split_admin_path("/admin/other", "/admin/", &list, &host));
 }
 
 TEST(CertsConsole, ListShowCount) {
