@@ -315,6 +315,12 @@ def test_cache_counters_in_status(server, certs):
     assert by_name["ssl_cert_cache_loads_total"] >= 1
     assert by_name["ssl_cert_cache_loads_total"] + by_name["ssl_cert_cache_hits_total"] == 3
     assert by_name["ssl_cert_store_hosts"] == 1
+    status, _, data = server.request("GET", "/status?format=prometheus")
+    text = data.decode()
+    assert status == 200
+    assert '# TYPE kosoku_ssl_cert_cache_hits_total counter' in text, text
+    assert 'kosoku_ssl_cert_cache_loads_total{core="0"}' in text
+    assert 'kosoku_ssl_cert_store_hosts 1' in text
 
 
 def test_unusable_store_refuses_to_start(tmp_path):
