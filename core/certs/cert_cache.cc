@@ -86,7 +86,7 @@ struct CertCache::Entry final : public disk::DiskCallback {
   int fd = -1;
   bool queued = false;  // op waits in the disk queue (its callback will run)
   uint64_t last_used_ms = 0;
-  uint64_t failed_ms = 0;
+  uint64_t retry_at_ms = 0;  // kFailed: find() loads again from then on
   Entry* prev = nullptr;  // LRU
   Entry* next = nullptr;
   bool in_lru = false;
@@ -192,7 +192,7 @@ CertCache::Result CertCache::lookup(std::string_view key, uint64_t version, Cert
       *out = &e->cert;
       return Result::kFound;
     }
-    if (now < e->failed_ms + kRetryMs) {
+    if (now < e->retry_at_ms) {
       e->last_used_ms = now;
       return Result::kAbsent;
     }
@@ -245,8 +245,8 @@ void CertCache::start_load(Entry& e) {
 }
 
 bool CertCache::advance(Entry& e) {
-  // The op in e.op either has not been submitted yet (result unset: submit it) or has just completed
-  // (on_disk_done, or inline below): `pending_result` tells which.
+  // e.op.user_data is set while the op is submitted: on entry here (from on_disk_done) it marks a completed
+  // op whose result is to be read; null means the op in e.op is still to be submitted.
   bool pending_result = e.op.user_data != nullptr;
   for (;;) {
     if (!pending_result) {
@@ -259,7 +259,7 @@ bool CertCache::advance(Entry& e) {
       }
       if (s == disk::DiskQueue::Submit::kOverflow) {
         e.op.user_data = nullptr;
-        finish(e, false, "the disk queue is full");
+        finish(e, false, "the disk queue is full", kOverflowRetryMs);
         return true;
       }
     }
@@ -304,7 +304,7 @@ bool CertCache::advance(Entry& e) {
   }
 }
 
-void CertCache::finish(Entry& e, bool ok, std::string_view why) {
+void CertCache::finish(Entry& e, bool ok, std::string_view why, uint64_t retry_ms) {
   if (e.fd >= 0) {
     ::close(e.fd);  // a regular file opened read-only: close(2) does not wait for the disk
     e.fd = -1;
@@ -329,7 +329,7 @@ void CertCache::finish(Entry& e, bool ok, std::string_view why) {
   } else {
     ++counters_.failures;
     e.state = Entry::State::kFailed;
-    e.failed_ms = now;
+    e.retry_at_ms = now + retry_ms;
     if (last_log_ms_ == 0 || now >= last_log_ms_ + kLogIntervalMs) {
       last_log_ms_ = now;
       KOSOKU_LOG(kError, "ssl certificate of \"%s\" not loaded: %s", e.key, error);

@@ -10,7 +10,7 @@
 //                                          waiter's on_cert_ready() runs on this core when done
 //   not in the index                     → kAbsent (the TLS code falls back to the server's own certificate)
 // A file that cannot be read or parsed gives kAbsent (counted as a failure, logged) and is tried again
-// after kRetryMs or when the index shows a new version. An exact entry that fails does not fall back to the
+// after kRetryMs (kOverflowRetryMs when the disk queue was full) or when the index shows a new version. An exact entry that fails does not fall back to the
 // wildcard.
 //
 // Bounds: at most `ssl_certificate_cache N` entries (least recently used ones are evicted; entries being
@@ -103,8 +103,9 @@ class CertCache final : public http::ModuleCore, public reactor::Poller, public 
     uint64_t entries = 0;     // gauge
   };
 
-  /// Tries again a load that failed after this long (ms).
+  /// Tries again a load that failed after this long (ms); after a disk queue overflow, sooner.
   static constexpr uint64_t kRetryMs = 5000;
+  static constexpr uint64_t kOverflowRetryMs = 100;
   /// Largest certificate file read (bytes); a larger file is a load failure.
   static constexpr size_t kMaxFileBytes = 1 << 20;
 
@@ -159,7 +160,7 @@ class CertCache final : public http::ModuleCore, public reactor::Poller, public 
   void start_load(Entry& e);
   /// Runs the load's steps while they complete inline; true when the load is finished.
   bool advance(Entry& e);
-  void finish(Entry& e, bool ok, std::string_view why);
+  void finish(Entry& e, bool ok, std::string_view why, uint64_t retry_ms = kRetryMs);
   void notify(Entry& e);
   void retire(Entry& e);  // frees e's objects at the next poll
   void erase_entry(Entry& e);
