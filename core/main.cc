@@ -28,6 +28,9 @@
 #include "core/disk/disk_queue.hh"
 #include "core/net/kernel_stack.hh"
 #include "core/net/stack_factory.hh"
+#include "core/certs/certs_conf.hh"
+#include "core/certs/console.hh"
+#include "core/certs/store.hh"
 #include "core/rules/rules_conf.hh"
 #include "core/rules/store.hh"
 #include "core/worker.hh"
@@ -203,7 +206,8 @@ int main(int argc, char** argv) {
       std::string p = prefix.empty() ? dir_of(conf_path) : prefix;
       if (p.back() != '/') p.push_back('/');
       if (!conf.appliance.present && !open_error_log_for_test(conf, p, error)) return false;
-      return kosoku::rules::check_rules_file(conf.http.module<kosoku::rules::RulesConf>(), p, error);
+      return kosoku::rules::check_rules_file(conf.http.module<kosoku::rules::RulesConf>(), p, error) &&
+             kosoku::certs::check_store(conf.http.module<kosoku::certs::CertsConf>(), p, error);
     };
     return kosoku::config::test_config(conf_path, std::cout, std::cerr, check_data);
   }
@@ -351,6 +355,8 @@ int main(int argc, char** argv) {
       g_power_request.store(reboot ? 2 : 1);
       kill(getpid(), SIGTERM);
     });
+    console.add_command("certs", "certs list [OFFSET] [LIMIT] | certs show HOST | certs count",
+                        [](std::string_view line) { return kosoku::certs::console_command(line); });
     console.add_command("cache", "cache stats | cache purge ZONE KEY|PATTERN*|*", &kosoku::cache::console_command);
     std::string cerr = console.start("/dev/" + conf.appliance.console, conf.appliance.console_baud);
     if (!cerr.empty()) KOSOKU_LOG(kError, "serial console: %s", cerr);

@@ -7,6 +7,7 @@
 #include "core/access_log/log_conf.hh"
 #include "core/access/access_conf.hh"
 #include "core/cache/cache_conf.hh"
+#include "core/certs/cert_cache.hh"
 #include "core/charset/charset_conf.hh"
 #include "core/config/module.hh"
 #include "core/headers/headers_conf.hh"
@@ -38,6 +39,7 @@ std::span<Module* const> modules() {
         &headers::module(),   // expires, add_header (response head filters)
         &charset::module(),   // charset, charset_types (a response head filter)
         &rules::module(),
+        &certs::module(),     // ssl_certificate_store, ssl_certificate_admin (before the proxy: the admin API)
         &cache::module(),     // before the proxy: it serves the proxy_pass locations with proxy_cache
         &proxy::module(),     // proxy_pass, upstream { }, $proxy_*, $upstream_*
         &network_module(),    // network kernel|dpdk, dpdk { } (checked once the listen addresses are final)
