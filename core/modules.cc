@@ -23,8 +23,8 @@
 namespace kosoku::config {
 
 std::span<Module* const> modules() {
-  static const std::array<Module*, 19> kModules = [] {
-    std::array<Module*, 19> list = {
+  static const std::array<Module*, 20> kModules = [] {
+    std::array<Module*, 20> list = {
         &core_module(),       // main context: workers, error_log, disk_queue, events, http
         &appliance_module(),  // appliance { }
         &http_core_module(),  // server, listen, server_name, location, client_* limits

@@ -16,6 +16,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "core/base/log.hh"
+#include "core/certs/cert_cache.hh"
 #include "core/tls/session_cache.hh"
 
 namespace kosoku::tls {
@@ -279,15 +280,39 @@ int client_hello(SSL* ssl, int* alert, void* arg) {
   const std::string host = absl::AsciiStrToLower(t->server_name());
   const config::ServerConf* srv = host.empty() ? listen->default_server : listen->find_server(host);
   const SslSrvConf& c = srv->module<SslSrvConf>();
-  if (c.reject_handshake) {
+  // The certificate store first (exact name, then its wildcard): a certificate added at run time wins over
+  // the configuration's. A name not loaded on this core suspends the handshake while its file is read through
+  // the core's disk queue; OpenSSL calls back here when the handshake resumes.
+  const certs::LoadedCert* stored = nullptr;
+  certs::CertCache* cache = !host.empty() ? ctxs->cert_cache() : nullptr;
+  if (cache != nullptr) {
+    switch (cache->find(host, t, &stored)) {
+      case certs::CertCache::Result::kPending:
+        t->wait_for_certificate(*cache);
+        return SSL_CLIENT_HELLO_RETRY;
+      case certs::CertCache::Result::kFound:
+        break;
+      case certs::CertCache::Result::kAbsent:
+        stored = nullptr;
+        break;
+    }
+  }
+  if (stored == nullptr && c.reject_handshake) {
     *alert = SSL_AD_UNRECOGNIZED_NAME;
     return SSL_CLIENT_HELLO_ERROR;
   }
   SSL_CTX* want = ctxs->ctx_of(srv);
   SSL_CTX* have = SSL_get_SSL_CTX(ssl);
-  if (want != nullptr && want != have && !c.credentials.empty()) {
+  if (want != nullptr && want != have && (!c.credentials.empty() || stored != nullptr)) {
     SSL_set_SSL_CTX(ssl, want);
     adopt_settings(ssl, have, want);
+  }
+  if (stored != nullptr) {
+    SSL_certs_clear(ssl);  // the configured RSA/ECDSA pair must not be chosen instead by the signature algorithms
+    if (SSL_use_cert_and_key(ssl, stored->leaf, stored->key, stored->chain, 1) != 1) {
+      *alert = SSL_AD_INTERNAL_ERROR;
+      return SSL_CLIENT_HELLO_ERROR;
+    }
   }
   return SSL_CLIENT_HELLO_SUCCESS;
 }
@@ -399,6 +424,14 @@ SSL* TlsContexts::new_ssl(const config::ListenSocket& listen) {
   if (ssl == nullptr) return nullptr;
   SSL_set_ex_data(ssl, g_listen_index, const_cast<config::ListenSocket*>(&listen));
   return ssl;
+}
+
+certs::CertCache* TlsContexts::cert_cache() {
+  if (!cert_cache_known_ && server_ != nullptr) {
+    cert_cache_ = certs::CertCache::of(*server_);
+    cert_cache_known_ = true;  // the module's parts exist once the loop runs: asked at the first handshake
+  }
+  return cert_cache_;
 }
 
 const config::ListenSocket* listen_of(const SSL* ssl) {

@@ -17,6 +17,13 @@
 #include "core/tls/tls_conf.hh"
 #include "core/tls/tls_stream.hh"
 
+namespace kosoku::certs {
+class CertCache;
+}  // namespace kosoku::certs
+namespace kosoku::http {
+class HttpServer;
+}  // namespace kosoku::http
+
 namespace kosoku::tls {
 
 /// Builds a server context from `c` (protocols, ciphers, curves, DH parameters, conf commands, session cache
@@ -42,6 +49,10 @@ class TlsContexts {
   bool build(const config::MainConf& conf, std::string* err);
   /// A new server-side SSL for a stream accepted on `listen` (its default server's context), or null.
   SSL* new_ssl(const config::ListenSocket& listen);
+  /// The core's certificate store cache (ssl_certificate_store), looked up on first use; null without one.
+  certs::CertCache* cert_cache();
+  /// The core's server (for its modules' per-core parts).
+  void set_server(const http::HttpServer* server) { server_ = server; }
 
   TlsShared shared;
 
@@ -52,6 +63,9 @@ class TlsContexts {
     return it != ctx_.end() ? it->second : nullptr;
   }
   absl::flat_hash_map<const config::ServerConf*, SSL_CTX*> ctx_;
+  const http::HttpServer* server_ = nullptr;
+  certs::CertCache* cert_cache_ = nullptr;
+  bool cert_cache_known_ = false;
 };
 
 /// The ListenSocket an accepted SSL came in on (SSL ex_data set by TlsContexts::new_ssl).

@@ -456,7 +456,10 @@ class TlsCore final : public http::ModuleCore {
     if (stats != nullptr) contexts_.shared.counters = &stats->tls;
     contexts_.shared.in_pool = &pool_;
   }
-  bool build(const config::MainConf& conf, std::string* err) { return contexts_.build(conf, err); }
+  bool build(const config::MainConf& conf, const http::HttpServer& server, std::string* err) {
+    contexts_.set_server(&server);
+    return contexts_.build(conf, err);
+  }
   net::FilterStream* filter_accepted(net::Stream& s, const config::ListenSocket& listen) override {
     SSL* ssl = contexts_.new_ssl(listen);
     if (ssl == nullptr) return nullptr;
@@ -485,7 +488,7 @@ config::Module& module() {
         for (const config::ListenSocket& ls : core.conf->http.listen_sockets) any = any || ls.conf.ssl;
         if (!any) return nullptr;
         auto t = std::make_unique<TlsCore>(*core.reactor, core.stats);
-        if (!t->build(*core.conf, err)) return nullptr;
+        if (!t->build(*core.conf, server, err)) return nullptr;
         return t;
       },
   };

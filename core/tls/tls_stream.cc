@@ -100,6 +100,7 @@ TlsStream::TlsStream(net::Stream* lower, SSL* ssl, Role role, TlsShared& shared)
 }
 
 TlsStream::~TlsStream() {
+  if (cert_cache_ != nullptr && waiting()) cert_cache_->cancel(this);
   out_.clear([this](net::OutBlock* b) { release_block(b); });
   plain_in_.release(shared_.in_pool);
   if (waiting_cert_ && shared_.counters->handshakes_waiting > 0) --shared_.counters->handshakes_waiting;

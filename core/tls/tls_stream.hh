@@ -31,6 +31,7 @@
 #include <string>
 #include <string_view>
 
+#include "core/certs/cert_cache.hh"
 #include "core/net/filter_stream.hh"
 #include "core/net/in_buffer.hh"
 #include "core/net/out_chain.hh"
@@ -54,7 +55,7 @@ struct TlsShared {
 /// The BIO method (created once per process, never freed).
 BIO_METHOD* stream_bio_method();
 
-class TlsStream final : public net::FilterStream, public reactor::Task {
+class TlsStream final : public net::FilterStream, public reactor::Task, public certs::CertWaiter {
  public:
   enum class Role { kServer, kClient };
   /// Takes ownership of `ssl` (SSL_free at the end). A server starts reading the ClientHello at once; a client
@@ -81,7 +82,10 @@ class TlsStream final : public net::FilterStream, public reactor::Task {
   void set_server_name(std::string_view name) { server_name_.assign(name); }
   /// Largest record payload to send (ssl_buffer_size).
   void set_record_limit(size_t bytes) { record_limit_ = bytes < 512 ? 512 : bytes; }
-  /// The client-hello callback suspended the handshake (a certificate is being read): resume it on this core.
+  /// The client-hello callback suspended the handshake (a certificate is being read by `cache`): resume it on
+  /// this core once it is there (certs::CertWaiter); a stream gone before then is taken off the cache's list.
+  void wait_for_certificate(certs::CertCache& cache) { cert_cache_ = &cache; }
+  void on_cert_ready() override { resume_handshake(); }
   void resume_handshake();
 
   // ---- net::Stream (the plaintext side, to the HTTP framing)
@@ -160,6 +164,7 @@ class TlsStream final : public net::FilterStream, public reactor::Task {
   size_t record_limit_ = 16384;
   std::string server_name_;
   SSL_SESSION** session_slot_ = nullptr;
+  certs::CertCache* cert_cache_ = nullptr;  // the cache this stream may wait on (cancelled at the end)
   int error_ = 0;                 // why the layer closed the lower stream (EPROTO: a TLS failure), for on_closed
   net::InBuffer plain_in_;
   net::OutChain out_;                 // plaintext not yet encrypted
