@@ -9,6 +9,7 @@
 #include <openssl/rand.h>
 #include <openssl/x509.h>
 
+#include <algorithm>
 #include <cstring>
 #include <ctime>
 #include <mutex>
@@ -357,7 +358,15 @@ SSL_CTX* new_server_ctx(const SslSrvConf& c, std::string* err) {
       return fail(absl::StrCat("cannot load DH parameters \"", c.dhparam, "\" (SSL: ", ssl_errors(), ")"));
     }
   }
-  SSL_CTX_set_session_id_context(ctx, reinterpret_cast<const unsigned char*>("kosoku"), 6);
+  // The session ID context names the certificates (nginx derives it from them too): a session made under one
+  // server's certificate does not resume under another's.
+  unsigned char sid[EVP_MAX_MD_SIZE];
+  unsigned sid_len = 0;
+  if (c.credentials.empty() || X509_digest(c.credentials[0]->leaf, EVP_sha256(), sid, &sid_len) != 1) {
+    std::memcpy(sid, "kosoku", 6);
+    sid_len = 6;
+  }
+  SSL_CTX_set_session_id_context(ctx, sid, std::min<unsigned>(sid_len, SSL_MAX_SID_CTX_LENGTH));
   if (c.shared_cache != nullptr) {
     SharedSessionCache::install(ctx, [](const SSL_CTX* x) -> SharedSessionCache* {
       const SslSrvConf* sc = conf_of(x);

@@ -465,6 +465,7 @@ class TlsCore final : public http::ModuleCore {
     if (ssl == nullptr) return nullptr;
     auto* t = new TlsStream(&s, ssl, TlsStream::Role::kServer, contexts_.shared);
     t->set_record_limit(listen.default_server->module<SslSrvConf>().buffer_size);
+    t->set_close_timeout(listen.default_server->base.send_timeout_ms);
     return t;
   }
 

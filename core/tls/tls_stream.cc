@@ -100,6 +100,10 @@ TlsStream::TlsStream(net::Stream* lower, SSL* ssl, Role role, TlsShared& shared)
 }
 
 TlsStream::~TlsStream() {
+  {
+    reactor::Timer* t = this;
+    shared_.reactor->timers().cancel(*t);
+  }
   if (cert_cache_ != nullptr && waiting()) cert_cache_->cancel(this);
   out_.clear([this](net::OutBlock* b) { release_block(b); });
   plain_in_.release(shared_.in_pool);
@@ -134,6 +138,8 @@ void TlsStream::resume_handshake() {
   if (waiting_cert_) {
     waiting_cert_ = false;
     --shared_.counters->handshakes_waiting;
+  } else {
+    cert_ready_early_ = true;  // told before SSL_do_handshake returned: handshake() retries at once
   }
   post();
 }
@@ -179,10 +185,12 @@ bool TlsStream::handshake() {
       return false;
     }
     if (e == SSL_ERROR_WANT_CLIENT_HELLO_CB) {  // the callback waits for a certificate: resume_handshake()
-      if (!waiting_cert_) {
-        waiting_cert_ = true;
-        ++shared_.counters->handshakes_waiting;
+      if (cert_ready_early_) {
+        cert_ready_early_ = false;  // the certificate came while the callback was still running: the task
+        return false;               // resume_handshake posted runs the handshake again
       }
+      waiting_cert_ = true;
+      ++shared_.counters->handshakes_waiting;
       return false;
     }
     fail("SSL_do_handshake() failed", e);
@@ -228,14 +236,16 @@ void TlsStream::read_records() {
   }
   if (plain_in_.empty()) plain_in_.release(shared_.in_pool);
   if (lower_ != nullptr) lower_->flush();  // post-handshake messages (session tickets, key updates)
+  if (told_closed()) return;
   // Nothing buffered: OpenSSL's record buffers go (SSL_MODE_RELEASE_BUFFERS frees them only after an
   // application record, not after the handshake's last one), so an idle connection holds none.
-  if (lower_ != nullptr && lower_->input().empty()) SSL_free_buffers(ssl_);
+  if (lower_->input().empty()) SSL_free_buffers(ssl_);
   if (got) {
     handler_->on_readable(*this);
     if (told_closed()) return;
   }
-  bool at_end = close_notify || (lower_fin_ && lower_->input().empty() && SSL_pending(ssl_) == 0);
+  // SSL_has_pending: with read-ahead, whole records may wait inside OpenSSL while SSL_pending() is 0.
+  bool at_end = close_notify || (lower_fin_ && lower_->input().empty() && SSL_has_pending(ssl_) == 0);
   if (at_end && !told_peer_closed_) {
     told_peer_closed_ = true;
     handler_->on_peer_closed(*this);
@@ -273,10 +283,15 @@ void TlsStream::on_writable(net::Stream&) {
   if (state_ == State::kOpen) encrypt_pending();
   if (lower_ == nullptr) return;
   if (close_pending_) {
-    if (out_.bytes() == 0) start_close();
+    if (out_.bytes() == 0) {
+      start_close();
+    } else {
+      reactor::Timer* t = this;  // progress: the send timeout starts again
+      shared_.reactor->timers().arm(*t, shared_.reactor->now_ms() + close_timeout_ms_);
+    }
     return;
   }
-  if (closing_) return;
+  if (closing_ || state_ != State::kOpen) return;  // a client's handler hears nothing before on_connected
   if (pending_output() <= low_water_) {
     handler_->on_writable(*this);
   } else if (out_.bytes() == 0) {
@@ -467,15 +482,29 @@ void TlsStream::close(Close how) {
   encrypt_pending();
   if (lower_ == nullptr) return;
   if (out_.bytes() > 0) {
-    close_pending_ = true;  // on_writable finishes once the rest is encrypted
+    close_pending_ = true;  // on_writable finishes once the rest is encrypted, fire() if it never is
+    reactor::Timer* t = this;
+    shared_.reactor->timers().arm(*t, shared_.reactor->now_ms() + close_timeout_ms_);
     return;
   }
   start_close();
 }
 
+void TlsStream::fire() {
+  if (!close_pending_ || lower_ == nullptr) return;
+  KOSOKU_LOG(kInfo, "client timed out while the response was sent (TLS close), client: %.*s",
+             static_cast<int>(peer_text().size()), peer_text().data());
+  close_pending_ = false;
+  lower_->close(Close::kAbort);
+}
+
 // A graceful end: close_notify (RFC 8446 §6.1), then the lower stream's own graceful close.
 void TlsStream::start_close() {
   close_pending_ = false;
+  {
+    reactor::Timer* t = this;
+    shared_.reactor->timers().cancel(*t);
+  }
   ERR_clear_error();
   SSL_shutdown(ssl_);  // sends close_notify; the peer's is not waited for (nginx does the same)
   ERR_clear_error();

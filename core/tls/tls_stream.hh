@@ -55,7 +55,10 @@ struct TlsShared {
 /// The BIO method (created once per process, never freed).
 BIO_METHOD* stream_bio_method();
 
-class TlsStream final : public net::FilterStream, public reactor::Task, public certs::CertWaiter {
+class TlsStream final : public net::FilterStream,
+                        public reactor::Task,
+                        public reactor::Timer,
+                        public certs::CertWaiter {
  public:
   enum class Role { kServer, kClient };
   /// Takes ownership of `ssl` (SSL_free at the end). A server starts reading the ClientHello at once; a client
@@ -119,6 +122,8 @@ class TlsStream final : public net::FilterStream, public reactor::Task, public c
 
   // ---- reactor::Task: a deferred drive (resumed handshake, reading resumed) or the deletion
   void run() override;
+  // ---- reactor::Timer: a graceful close still encrypting made no progress for the close timeout
+  void fire() override;
 
   /// The lower stream, for the BIO.
   net::Stream* lower() const { return lower_; }
@@ -127,8 +132,13 @@ class TlsStream final : public net::FilterStream, public reactor::Task, public c
 
   /// Most bytes the lower stream holds unsent before encryption waits (bytes).
   static constexpr size_t kLowerHighWater = 256 * 1024;
-  /// Most decrypted bytes held for the reader before decryption waits (bytes).
-  static constexpr size_t kMaxPlainInput = 64 * 1024;
+  /// Most decrypted bytes held for the reader before decryption waits (bytes): the bare kernel stream's
+  /// input bound, so a request head as large as large_client_header_buffers allows still fits.
+  static constexpr size_t kMaxPlainInput = 1 << 20;
+  /// A graceful close waiting for plaintext to be encrypted (the lower stream full: the client stopped
+  /// reading) aborts when no byte moved for `ms` (the server's send_timeout; nginx's default 60 s), as the
+  /// HTTP layer's send_timeout would have, since its timer stops at close().
+  void set_close_timeout(uint64_t ms) { close_timeout_ms_ = ms != 0 ? ms : 60000; }
 
  private:
   enum class State : uint8_t { kDetect, kHandshake, kOpen, kPlain, kClosed };
@@ -160,8 +170,10 @@ class TlsStream final : public net::FilterStream, public reactor::Task, public c
   bool posted_ = false;
   bool dead_ = false;             // on_closed ran: the task frees the stream
   bool waiting_cert_ = false;     // the handshake is suspended in the client-hello callback
+  bool cert_ready_early_ = false; // resume_handshake ran before the suspension was seen
   size_t low_water_ = 0;
   size_t record_limit_ = 16384;
+  uint64_t close_timeout_ms_ = 60000;
   std::string server_name_;
   SSL_SESSION** session_slot_ = nullptr;
   certs::CertCache* cert_cache_ = nullptr;  // the cache this stream may wait on (cancelled at the end)
