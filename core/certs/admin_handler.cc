@@ -163,11 +163,8 @@ void AdminState::start() {
     return;
   }
   if (m == http::Method::kPut) {
-    // An empty body ("Content-Length: 0") is refused at once: the connection would wait for body bytes
-    // that never come (HttpConnection::read_body delivers no end for a zero length).
-    const http::Request& q = ex_->request();
-    if (q.body == http::BodyFraming::kNone ||
-        (q.body == http::BodyFraming::kContentLength && q.content_length.value_or(0) == 0)) {
+    // No body at all: refused at once (an empty "Content-Length: 0" body ends at once through read_body).
+    if (ex_->request().body == http::BodyFraming::kNone) {
       handle_put();
       return;
     }

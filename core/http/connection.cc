@@ -130,7 +130,7 @@ void HttpConnection::start_request(std::span<const char> in, size_t head_len) {
   chunked_.reset();
   body_sink_ = nullptr;
   body_paused_ = false;
-  body_done_ = q.body == BodyFraming::kNone;
+  body_done_ = q.body == BodyFraming::kNone || (q.body == BodyFraming::kContentLength && *q.content_length == 0);
   if (q.body == BodyFraming::kContentLength) body_left_ = *q.content_length;
   if (q.body == BodyFraming::kChunked) chunked_ = std::make_unique<ChunkedDecoder>(ChunkedLimits{});
   loc_ = &r.location();
