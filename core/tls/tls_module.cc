@@ -279,11 +279,37 @@ bool finalize(Builder& b) {
   HttpConf& http = b.main->http;
   std::map<std::pair<std::string, std::string>, std::shared_ptr<const Credential>> loaded;  // inherited once
   std::map<std::string, std::shared_ptr<SharedSessionCache>> caches;  // shared:NAME:SIZE, by NAME
+  // The sockets are grouped after the modules' finalize (config/listen.cc): the same grouping here, by address —
+  // an address is ssl when any listen line for it says so, its default server the `default_server` one, else
+  // the first to listen on it.
+  struct Addr {
+    const ListenConf* first;
+    bool ssl = false;
+    size_t default_si = 0;
+    bool explicit_default = false;
+    size_t line_si = 0, line_li = 0;  // the default server's listen line, for the error
+  };
+  std::vector<Addr> addrs;
+  for (size_t si = 0; si < http.servers.size(); ++si) {
+    const std::vector<ListenConf>& lines = http.servers[si]->listen;
+    for (size_t li = 0; li < lines.size(); ++li) {
+      size_t k = 0;
+      while (k < addrs.size() && !same_sockaddr(addrs[k].first->addr, lines[li].addr)) ++k;
+      if (k == addrs.size()) addrs.push_back(Addr{&lines[li], false, si, false, si, li});
+      Addr& a = addrs[k];
+      a.ssl = a.ssl || lines[li].ssl;
+      if (lines[li].default_server && !a.explicit_default) {
+        a.explicit_default = true;
+        a.default_si = si;
+        a.line_si = si;
+        a.line_li = li;
+      }
+    }
+  }
   std::vector<bool> on_ssl(http.servers.size(), false);
-  for (const ListenSocket& ls : http.listen_sockets) {
-    if (!ls.conf.ssl) continue;
-    for (size_t si = 0; si < http.servers.size(); ++si) {
-      for (const ServerConf* s : ls.servers) on_ssl[si] = on_ssl[si] || s == http.servers[si].get();
+  for (size_t si = 0; si < http.servers.size(); ++si) {
+    for (const ListenConf& l : http.servers[si]->listen) {
+      for (const Addr& a : addrs) on_ssl[si] = on_ssl[si] || (a.ssl && same_sockaddr(a.first->addr, l.addr));
     }
   }
   for (size_t si = 0; si < http.servers.size(); ++si) {
@@ -333,20 +359,15 @@ bool finalize(Builder& b) {
   }
   // Every ssl socket's default server answers handshakes that name no other server: it needs a certificate
   // (or must refuse them: ssl_reject_handshake), as nginx requires.
-  for (const ListenSocket& ls : http.listen_sockets) {
-    if (!ls.conf.ssl) continue;
-    const SslSrvConf& c = ls.default_server->module<SslSrvConf>();
+  for (const Addr& a : addrs) {
+    if (!a.ssl) continue;
+    const SslSrvConf& c = http.servers[a.default_si]->module<SslSrvConf>();
     if (!c.credentials.empty() || c.reject_handshake) continue;
-    for (size_t si = 0; si < http.servers.size(); ++si) {
-      if (http.servers[si].get() != ls.default_server) continue;
-      const SrvNode& node = *b.servers[si];
-      for (size_t li = 0; li < node.conf->listen.size(); ++li) {
-        if (!same_sockaddr(node.conf->listen[li].addr, ls.conf.addr)) continue;
-        return b.fail(node.listen_locs[li], absl::StrCat("no \"ssl_certificate\" is defined for the \"listen ",
-                                                         ls.conf.text, " ssl\" directive"));
-      }
-    }
-    return b.fail(SourceLoc{b.main->file, 0, 0}, "no \"ssl_certificate\" for a \"listen ... ssl\" socket");
+    const SrvNode& node = *b.servers[a.line_si];
+    const SourceLoc& at =
+        a.line_li < node.listen_locs.size() ? node.listen_locs[a.line_li] : http.servers[a.line_si]->loc;
+    return b.fail(at, absl::StrCat("no \"ssl_certificate\" is defined for the \"listen ", a.first->text,
+                                   " ssl\" directive"));
   }
   return true;
 }

@@ -387,7 +387,8 @@ TEST(ProxyConfig, Errors) {
             std::string::npos);
   EXPECT_NE(load_error(srv + "location ~ x { proxy_pass http://10.0.0.1/x; } }").find("cannot have URI part"),
             std::string::npos);
-  EXPECT_NE(load_error(srv + "location / { proxy_pass https://10.0.0.1; } }").find("https protocol requires SSL"),
+  EXPECT_NE(load_error(srv + "location / { proxy_pass https://10.0.0.1; proxy_ssl_verify on; } }")
+                .find("no \"proxy_ssl_trusted_certificate\" for \"proxy_ssl_verify\""),
             std::string::npos);
   EXPECT_NE(load_error(srv + "location / { proxy_pass ftp://10.0.0.1; } }").find("invalid URL prefix"),
             std::string::npos);

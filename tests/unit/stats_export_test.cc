@@ -205,6 +205,7 @@ TEST(StatsExport, TextStartsWithStubStatusAndIsExact) {
       "bytes in 1500 out 27000\n"
       "responses 1xx 1 2xx 24 3xx 3 4xx 2 5xx 1 other 1\n"
       "open_file_cache hits 6 misses 3 entries 3\n"
+      "tls handshakes 0 failed 0 reused 0 plain_http 0 waiting 0\n"
       "disk_queue default submitted 14 inline 11 completed 3 in_flight 0 waiting 0 overflows 0 errors 0 "
       "latency_us p50 128 p90 8192 p99 8192 count 3 sum 5110\n"
       "disk_queue slow submitted 1 inline 0 completed 0 in_flight 1 waiting 0 overflows 2 errors 0 "
@@ -280,7 +281,7 @@ print(e["proxy_cache"][0]["value"], e["proxy_cache"][0]["type"], e["proxy_cache"
 )PY");
   std::string expected = absl::StrCat(
       "['bytes', 'connections', 'cores', 'disk_queues', 'extra', 'info', 'loop_iterations', 'open_file_cache', "
-      "'requests', 'responses', 'shared_buffers', 'time_s', 'uptime_s', 'version']\n",
+      "'requests', 'responses', 'shared_buffers', 'time_s', 'tls', 'uptime_s', 'version']\n",
       KOSOKU_VERSION, " 2000 1010\n",
       "5 1 2 2 16 15 1\n"
       "32 1500 27000 150\n"

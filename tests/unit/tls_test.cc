@@ -99,15 +99,20 @@ TEST(TlsTicketKeys, GeneratedKeysDifferPerHourAndRepeatWithinIt) {
 
 // A real session (from a handshake over memory BIOs) stored, found, evicted and removed.
 TEST(TlsSharedSessionCache, StoresFindsEvictsAndRemoves) {
-  tls::SharedSessionCache cache("t", 16 * 4096);  // 4 KiB per shard
+  tls::SharedSessionCache cache("t", 16 * 1024);  // 1 KiB per shard: a few sessions each
   SSL_CTX* ctx = SSL_CTX_new(TLS_method());
+  SSL* ssl = SSL_new(ctx);
+  const SSL_CIPHER* cipher = SSL_CIPHER_find(ssl, reinterpret_cast<const unsigned char*>("\xc0\x2b"));
+  ASSERT_NE(cipher, nullptr);  // ECDHE-ECDSA-AES128-GCM-SHA256
   std::vector<std::string> ids;
   for (int i = 0; i < 400; ++i) {
     SSL_SESSION* s = SSL_SESSION_new();
-    unsigned char id[32];
+    unsigned char id[32], master[48] = {1, 2, 3};
     for (int k = 0; k < 32; ++k) id[k] = static_cast<unsigned char>(i * 7 + k);
     SSL_SESSION_set1_id(s, id, sizeof(id));
     SSL_SESSION_set_protocol_version(s, TLS1_2_VERSION);
+    SSL_SESSION_set_cipher(s, cipher);
+    SSL_SESSION_set1_master_key(s, master, sizeof(master));
     cache.put(s);
     ids.emplace_back(reinterpret_cast<char*>(id), sizeof(id));
     SSL_SESSION_free(s);
@@ -119,9 +124,12 @@ TEST(TlsSharedSessionCache, StoresFindsEvictsAndRemoves) {
   const unsigned char* got = SSL_SESSION_get_id(last, &len);
   EXPECT_EQ(std::string(reinterpret_cast<const char*>(got), len), ids.back());
   SSL_SESSION_free(last);
-  EXPECT_EQ(cache.get(ids.front()), nullptr);
+  SSL_SESSION* oldest = cache.get(ids.front());
+  EXPECT_EQ(oldest, nullptr);
+  SSL_SESSION_free(oldest);
   cache.remove(ids.back());
   EXPECT_EQ(cache.get(ids.back()), nullptr);
+  SSL_free(ssl);
   SSL_CTX_free(ctx);
 }
 
