@@ -5,6 +5,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "core/http/admin_path.hh"
 #include "core/rules/host_name.hh"
 #include "core/rules/json.hh"
 #include "core/rules/rules_core.hh"
@@ -40,32 +41,7 @@ void parse_paging(std::string_view args, size_t* offset, size_t* limit) {
 }  // namespace
 
 bool split_admin_path(std::string_view uri, std::string_view loc_prefix, bool* list, std::string_view* host) {
-  std::string_view rest;
-  if (!loc_prefix.empty() && uri.substr(0, loc_prefix.size()) == loc_prefix) {
-    rest = uri.substr(loc_prefix.size());
-    while (!rest.empty() && rest.front() == '/') rest.remove_prefix(1);
-  } else {
-    size_t pos = 0;
-    for (;;) {
-      pos = uri.find("/rules", pos);
-      if (pos == std::string_view::npos) return false;
-      size_t after = pos + 6;
-      if (after == uri.size() || uri[after] == '/') break;
-      pos = after;
-    }
-    rest = uri.substr(pos + 1);
-  }
-  if (rest == "rules" || rest == "rules/") {
-    *list = true;
-    return true;
-  }
-  if (rest.substr(0, 6) != "rules/") return false;
-  std::string_view h = rest.substr(6);
-  if (!h.empty() && h.back() == '/') h.remove_suffix(1);
-  if (h.empty() || h.find('/') != std::string_view::npos) return false;
-  *list = false;
-  *host = h;
-  return true;
+  return http::split_admin_path(uri, loc_prefix, "rules", list, host);
 }
 
 AdminState::~AdminState() {
