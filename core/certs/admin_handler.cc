@@ -1,8 +1,6 @@
 #include "core/certs/admin_handler.hh"
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
 #include "core/certs/host_name.hh"
 #include "core/certs/pem.hh"
 #include "core/http/admin_path.hh"
@@ -12,28 +10,6 @@ namespace kosoku::certs {
 namespace {
 
 constexpr std::string_view kJson = "application/json";
-constexpr size_t kDefaultLimit = 100;
-constexpr size_t kMaxLimit = 1000;
-
-std::string error_json(std::string_view message) {
-  std::string out = "{\"error\":";
-  append_json_string(out, message);
-  out.append("}\n");
-  return out;
-}
-
-// `offset=N&limit=M` from the raw query (unknown or malformed parameters are ignored).
-void parse_paging(std::string_view args, size_t* offset, size_t* limit) {
-  for (std::string_view kv : absl::StrSplit(args, '&')) {
-    size_t eq = kv.find('=');
-    if (eq == std::string_view::npos) continue;
-    std::string_view k = kv.substr(0, eq);
-    uint64_t v;
-    if (!absl::SimpleAtoi(kv.substr(eq + 1), &v)) continue;
-    if (k == "offset") *offset = v;
-    if (k == "limit") *limit = v == 0 ? 1 : (v > kMaxLimit ? kMaxLimit : v);
-  }
-}
 
 // "%2A" (a client that escapes '*') → '*'; nothing else is decoded (a host has no other escapes).
 std::string unescape_star(std::string_view h) {
@@ -67,7 +43,7 @@ void AdminState::reply(int status, const std::string& body) {
   ex_->respond(status, body, kJson);
 }
 
-void AdminState::reply_error(int status, std::string_view message) { reply(status, error_json(message)); }
+void AdminState::reply_error(int status, std::string_view message) { reply(status, http::admin_error_json(message)); }
 
 void AdminState::on_abort() {
   if (cache_ != nullptr) {
@@ -102,8 +78,8 @@ void AdminState::start() {
       return;
     }
     size_t offset = 0;
-    size_t limit = kDefaultLimit;
-    parse_paging(ex_->args(), &offset, &limit);
+    size_t limit = http::kAdminDefaultLimit;
+    http::parse_admin_paging(ex_->args(), &offset, &limit);
     std::string hosts;
     size_t n = 0;
     size_t total = index.list(offset, limit, [&](std::string_view host, uint64_t) {

@@ -250,25 +250,6 @@ bool encode_bundle(const CertBundle& b, std::string* out, std::string* error) {
   return true;
 }
 
-void append_json_string(std::string& out, std::string_view s) {
-  out.push_back('"');
-  for (char c : s) {
-    const unsigned char u = static_cast<unsigned char>(c);
-    if (c == '"' || c == '\\') {
-      out.push_back('\\');
-      out.push_back(c);
-    } else if (u < 0x20) {
-      static constexpr char kHex[] = "0123456789abcdef";
-      out.append("\\u00");
-      out.push_back(kHex[u >> 4]);
-      out.push_back(kHex[u & 15]);
-    } else {
-      out.push_back(c);
-    }
-  }
-  out.push_back('"');
-}
-
 void append_info_json(std::string& out, std::string_view host, const CertInfo& info) {
   auto field = [&](std::string_view name, std::string_view v) {
     out.append(",\"").append(name).append("\":");

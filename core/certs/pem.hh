@@ -11,6 +11,8 @@
 #include <string>
 #include <string_view>
 
+#include "core/base/json_writer.hh"
+
 namespace kosoku::certs {
 
 /// Owned OpenSSL objects of one bundle. `chain` holds the certificates after the leaf (intermediates; maybe
@@ -56,8 +58,8 @@ CertInfo describe(X509* leaf, STACK_OF(X509)* chain, EVP_PKEY* key);
 /// OpenSSL fails to encode.
 bool encode_bundle(const CertBundle& b, std::string* out, std::string* error);
 
-/// Appends `s` as a JSON string (quotes included; `"` `\` and control bytes escaped).
-void append_json_string(std::string& out, std::string_view s);
+/// Appends `s` as a JSON string (core/base/json_writer.hh).
+using base::append_json_string;
 /// Appends {"host":...,"subject":...,"issuer":...,"not_before":...,"not_after":...,"key_type":...,
 /// "sha256_fingerprint":...,"chain_certs":N}.
 void append_info_json(std::string& out, std::string_view host, const CertInfo& info);

@@ -3,9 +3,42 @@
 // "/COLLECTION" segment).
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
+#include <string>
 #include <string_view>
 
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "core/base/json_writer.hh"
+
 namespace kosoku::http {
+
+/// Listing pages: `limit` when the query names none, and the largest one taken.
+inline constexpr size_t kAdminDefaultLimit = 100;
+inline constexpr size_t kAdminMaxLimit = 1000;
+
+/// An admin API's error body: `{"error":"MESSAGE"}` and a newline.
+inline std::string admin_error_json(std::string_view message) {
+  std::string out = "{\"error\":";
+  base::append_json_string(out, message);
+  out.append("}\n");
+  return out;
+}
+
+/// `offset=N&limit=M` from the raw query into *offset / *limit (limit 0 counts as 1, above kAdminMaxLimit as
+/// kAdminMaxLimit); unknown or malformed parameters are ignored.
+inline void parse_admin_paging(std::string_view args, size_t* offset, size_t* limit) {
+  for (std::string_view kv : absl::StrSplit(args, '&')) {
+    const size_t eq = kv.find('=');
+    if (eq == std::string_view::npos) continue;
+    const std::string_view k = kv.substr(0, eq);
+    uint64_t v;
+    if (!absl::SimpleAtoi(kv.substr(eq + 1), &v)) continue;
+    if (k == "offset") *offset = v;
+    if (k == "limit") *limit = v == 0 ? 1 : (v > kAdminMaxLimit ? kAdminMaxLimit : v);
+  }
+}
 
 /// Splits `uri`: true with *list (PREFIX/COLLECTION[/]) or *name (PREFIX/COLLECTION/NAME[/], as written); false
 /// if it is not an admin path. `loc_prefix`: the prefix location's pattern, or empty. `collection` e.g. "rules".

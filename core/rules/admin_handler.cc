@@ -2,9 +2,7 @@
 
 #include <optional>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
 #include "core/http/admin_path.hh"
 #include "core/rules/host_name.hh"
 #include "core/rules/json.hh"
@@ -15,28 +13,6 @@ namespace kosoku::rules {
 namespace {
 
 constexpr std::string_view kJson = "application/json";
-constexpr size_t kDefaultLimit = 100;
-constexpr size_t kMaxLimit = 1000;
-
-std::string error_json(std::string_view message) {
-  std::string out = "{\"error\":";
-  append_json_string(out, message);
-  out.append("}\n");
-  return out;
-}
-
-// `offset=N&limit=M` from the raw query (unknown or malformed parameters are ignored).
-void parse_paging(std::string_view args, size_t* offset, size_t* limit) {
-  for (std::string_view kv : absl::StrSplit(args, '&')) {
-    size_t eq = kv.find('=');
-    if (eq == std::string_view::npos) continue;
-    std::string_view k = kv.substr(0, eq);
-    uint64_t v;
-    if (!absl::SimpleAtoi(kv.substr(eq + 1), &v)) continue;
-    if (k == "offset") *offset = v;
-    if (k == "limit") *limit = v == 0 ? 1 : (v > kMaxLimit ? kMaxLimit : v);
-  }
-}
 
 }  // namespace
 
@@ -53,7 +29,7 @@ void AdminState::reply(int status, const std::string& body) {
   ex_->respond(status, body, kJson);
 }
 
-void AdminState::reply_error(int status, std::string_view message) { reply(status, error_json(message)); }
+void AdminState::reply_error(int status, std::string_view message) { reply(status, http::admin_error_json(message)); }
 
 void AdminState::reply_after_persist(int status, std::string body, uint64_t generation) {
   Persister* p = core_.store().persister();
@@ -114,8 +90,8 @@ void AdminState::start() {
       return;
     }
     size_t offset = 0;
-    size_t limit = kDefaultLimit;
-    parse_paging(ex_->args(), &offset, &limit);
+    size_t limit = http::kAdminDefaultLimit;
+    http::parse_admin_paging(ex_->args(), &offset, &limit);
     std::string hosts;
     size_t n = 0;
     size_t total = store.set().list(offset, limit, [&](const HostRules& r) {

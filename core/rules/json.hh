@@ -10,6 +10,8 @@
 #include <string_view>
 #include <vector>
 
+#include "core/base/json_writer.hh"
+
 namespace kosoku::rules {
 
 struct HostRules;
@@ -23,9 +25,9 @@ struct RulesDoc {
 /// of strings when present. On error returns false with *error = "invalid JSON at byte N: what".
 bool parse_rules_doc(std::string_view text, RulesDoc* out, std::string* error);
 
-/// Appends `s` as a JSON string (quotes included): `"` `\` and control bytes escaped; other bytes as is
-/// (patterns are valid UTF-8: RE2 refuses anything else; hosts are ASCII).
-void append_json_string(std::string& out, std::string_view s);
+/// Appends `s` as a JSON string (core/base/json_writer.hh; patterns are valid UTF-8: RE2 refuses anything
+/// else; hosts are ASCII).
+using base::append_json_string;
 /// Appends {"host":...,"patterns":[...]}.
 void append_host_json(std::string& out, const HostRules& r);
 void append_host_json(std::string& out, std::string_view host, std::span<const std::string> patterns);

@@ -5,6 +5,7 @@
 #include <openssl/x509v3.h>
 
 #include "absl/strings/str_cat.h"
+#include "core/tls/tls_context.hh"
 
 namespace kosoku::tls {
 
@@ -39,13 +40,7 @@ SSL_CTX* TlsClient::new_client_ctx(const ClientConf& c, std::string* err) {
     *err = absl::StrCat("SSL_CTX_new() failed (SSL: ", ssl_errors(), ")");
     return nullptr;
   }
-  uint64_t opts = SSL_OP_NO_RENEGOTIATION | SSL_OP_NO_COMPRESSION | SSL_OP_NO_SSLv3;
-  if (!(c.protocols & kTlsV1)) opts |= SSL_OP_NO_TLSv1;
-  if (!(c.protocols & kTlsV11)) opts |= SSL_OP_NO_TLSv1_1;
-  if (!(c.protocols & kTlsV12)) opts |= SSL_OP_NO_TLSv1_2;
-  if (!(c.protocols & kTlsV13)) opts |= SSL_OP_NO_TLSv1_3;
-  SSL_CTX_set_options(ctx, opts);
-  SSL_CTX_set_min_proto_version(ctx, (c.protocols & kTlsV1) ? TLS1_VERSION : 0);
+  set_protocols(ctx, c.protocols, 0);
   SSL_CTX_set_mode(ctx, SSL_MODE_RELEASE_BUFFERS);
   if (SSL_CTX_set_cipher_list(ctx, c.ciphers.c_str()) != 1) {
     *err = absl::StrCat("SSL_CTX_set_cipher_list(\"", c.ciphers, "\") failed (SSL: ", ssl_errors(), ")");

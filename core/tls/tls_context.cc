@@ -318,6 +318,16 @@ int client_hello(SSL* ssl, int* alert, void* arg) {
   return SSL_CLIENT_HELLO_SUCCESS;
 }
 
+void set_protocols(SSL_CTX* ctx, uint32_t protocols, uint64_t extra_options) {
+  uint64_t opts = SSL_OP_NO_RENEGOTIATION | SSL_OP_NO_COMPRESSION | SSL_OP_NO_SSLv3 | extra_options;
+  if (!(protocols & kTlsV1)) opts |= SSL_OP_NO_TLSv1;
+  if (!(protocols & kTlsV11)) opts |= SSL_OP_NO_TLSv1_1;
+  if (!(protocols & kTlsV12)) opts |= SSL_OP_NO_TLSv1_2;
+  if (!(protocols & kTlsV13)) opts |= SSL_OP_NO_TLSv1_3;
+  SSL_CTX_set_options(ctx, opts);
+  SSL_CTX_set_min_proto_version(ctx, (protocols & kTlsV1) ? TLS1_VERSION : 0);
+}
+
 SSL_CTX* new_server_ctx(const SslSrvConf& c, std::string* err) {
   init_indexes();
   ERR_clear_error();
@@ -332,15 +342,9 @@ SSL_CTX* new_server_ctx(const SslSrvConf& c, std::string* err) {
     return nullptr;
   };
   SSL_CTX_set_ex_data(ctx, g_conf_index, const_cast<SslSrvConf*>(&c));
-  uint64_t opts = SSL_OP_NO_RENEGOTIATION | SSL_OP_NO_COMPRESSION | SSL_OP_NO_SSLv3;
-  if (!(c.protocols & kTlsV1)) opts |= SSL_OP_NO_TLSv1;
-  if (!(c.protocols & kTlsV11)) opts |= SSL_OP_NO_TLSv1_1;
-  if (!(c.protocols & kTlsV12)) opts |= SSL_OP_NO_TLSv1_2;
-  if (!(c.protocols & kTlsV13)) opts |= SSL_OP_NO_TLSv1_3;
-  if (c.prefer_server_ciphers) opts |= SSL_OP_CIPHER_SERVER_PREFERENCE;
-  if (!c.session_tickets) opts |= SSL_OP_NO_TICKET;
-  SSL_CTX_set_options(ctx, opts);
-  SSL_CTX_set_min_proto_version(ctx, (c.protocols & kTlsV1) ? TLS1_VERSION : 0);
+  set_protocols(ctx, c.protocols,
+                (c.prefer_server_ciphers ? SSL_OP_CIPHER_SERVER_PREFERENCE : 0) |
+                    (c.session_tickets ? 0 : SSL_OP_NO_TICKET));
   SSL_CTX_set_mode(ctx, SSL_MODE_RELEASE_BUFFERS);
   SSL_CTX_set_read_ahead(ctx, 1);
   if (SSL_CTX_set_cipher_list(ctx, c.ciphers.c_str()) != 1) {

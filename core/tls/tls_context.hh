@@ -31,6 +31,10 @@ namespace kosoku::tls {
 /// (SSL: ...)").
 SSL_CTX* new_server_ctx(const SslSrvConf& c, std::string* err);
 
+/// The options every kosoku context has (no renegotiation, no compression, no SSLv3) plus `extra_options`,
+/// and the protocol versions of `protocols` (Protocol bits) only, for a server or a client context.
+void set_protocols(SSL_CTX* ctx, uint32_t protocols, uint64_t extra_options);
+
 /// The session-ticket keys used when no ssl_session_ticket_key is configured: derived from a secret made at
 /// process start (shared by every core, so a client resumes on any core), a new key every hour; a ticket made
 /// under the previous hour's key is still accepted (and renewed). Thread-safe.
