@@ -157,7 +157,7 @@ http {{
             self.ns_run("ip", "addr", "add", f"{self.peer}/24", "dev", self.iface)
             self.ns_run("ip", "link", "set", self.iface, "up")
         self.pcap = subprocess.Popen(["ip", "netns", "exec", self.ns, "tcpdump", "-i", self.iface, "-s", "128",
-                                      "-w", str(self.base / "tap.pcap"), "-U"],
+                                      "-B", "16384", "-w", str(self.base / "tap.pcap"), "-U"],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 10
         while True:  # first request also resolves ARP both ways
