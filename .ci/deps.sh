@@ -4,7 +4,7 @@
 # Used by `make deps` (and so by `make run`, `make test`, `make bench`) and by .ci/run.
 set -eu
 PKGS="build-essential cmake ninja-build pkg-config file git ca-certificates dpkg-dev
-liburing-dev libre2-dev libgtest-dev libgmock-dev libssl-dev openssl
+liburing-dev libre2-dev libgtest-dev libgmock-dev libssl-dev openssl libnghttp2-dev nghttp2-client python3-h2
 clang libclang-rt-14-dev
 curl wget apache2-utils wrk nginx-light python3 python3.11-doc python3-pytest
 libnuma-dev libbsd-dev libmd-dev libdpdk-dev libsodium-dev tcpdump iproute2 nftables

@@ -12,6 +12,7 @@
 #include "core/config/module.hh"
 #include "core/headers/headers_conf.hh"
 #include "core/http/variables.hh"
+#include "core/http2/http2_module.hh"
 #include "core/map/map_conf.hh"
 #include "core/proxy/proxy_conf.hh"
 #include "core/rewrite/rewrite_conf.hh"
@@ -23,8 +24,8 @@
 namespace kosoku::config {
 
 std::span<Module* const> modules() {
-  static const std::array<Module*, 20> kModules = [] {
-    std::array<Module*, 20> list = {
+  static const std::array<Module*, 21> kModules = [] {
+    std::array<Module*, 21> list = {
         &core_module(),       // main context: workers, error_log, disk_queue, events, http
         &appliance_module(),  // appliance { }
         &http_core_module(),  // server, listen, server_name, location, client_* limits
@@ -33,6 +34,7 @@ std::span<Module* const> modules() {
         &http::variables_module(),  // $uri, $host, $http_NAME, $status, ...
         &map::module(),       // map { } (its variables resolve in every template after it)
         &tls::module(),       // listen ... ssl, ssl_* (TLS under the HTTP framing), $https, $ssl_*
+        &http2::module(),     // http2, listen ... http2, http2_* (HTTP/2 connections), $http2
         &access_log::module(),  // access_log, log_format
         &rewrite::module(),   // return, rewrite, set, if, break (SERVER_REWRITE, REWRITE phases)
         &access::module(),    // allow, deny (ACCESS phase)

@@ -94,6 +94,9 @@ struct ListenConf {
   // `ssl` (nginx): connections on this address speak TLS (core/tls/). Set for the socket when any server's
   // listen line for the address has it.
   bool ssl = false;
+  // `http2` (nginx before 1.25.1; now `http2 on` in the server): HTTP/2 on this address (core/http2/), for
+  // every server on it. Set for the socket when any server's listen line for the address has it.
+  bool http2 = false;
 };
 
 /// An `allow`/`deny` rule (core/access/) or a `proxy_cache_purge ... from` address: `all` or ADDR/PREFIX.
@@ -198,6 +201,9 @@ struct ServerConf {
   uint32_t large_client_header_buffers_num = 4;
   uint64_t large_client_header_buffers_size = 8192;
   uint32_t max_headers = 1000;                // request header lines (nginx ≥ 1.29.8 `max_headers`)
+  /// The application protocols the server speaks over TLS, in preference order, as ALPN's wire list (RFC 7301
+  /// §3.1: each name after its length byte): http/1.1; the http2 module puts h2 first where HTTP/2 is on.
+  std::string alpn = std::string("\x08http/1.1", 9);
   LocationConf base;                          // server-level settings; match == kNone
   std::vector<LocationConf> locations;        // top-level locations, in file order
   LocationIndex location_index;               // over `locations` (built by the loader)

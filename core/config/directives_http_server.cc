@@ -69,7 +69,7 @@ bool parse_listen_buffer(Builder& b, const Arg& arg, std::string_view name, int*
   return true;
 }
 
-// `listen ADDR[:PORT] [default_server|default] [ssl] [reuseport] [deferred] [backlog=N] [rcvbuf=SIZE] [sndbuf=SIZE]
+// `listen ADDR[:PORT] [default_server|default] [ssl] [http2] [reuseport] [deferred] [backlog=N] [rcvbuf=SIZE] [sndbuf=SIZE]
 // [so_keepalive=...] [bind];`
 bool set_listen(Builder& b, Scope& s, const Directive& d) {
   ListenConf l;
@@ -90,6 +90,8 @@ bool set_listen(Builder& b, Scope& s, const Directive& d) {
       opts = true;
     } else if (v == "ssl") {
       l.ssl = true;  // TLS on this address (core/tls/); any listen line of the address sets it, as nginx
+    } else if (v == "http2") {
+      l.http2 = true;  // HTTP/2 on this address (core/http2/); the older form of `http2 on`
     } else if (v == "bind") {
       // Every ListenSocket is bound on its own address already (see conf.hh ListenSocket).
     } else if (v.rfind("backlog=", 0) == 0) {

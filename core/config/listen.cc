@@ -71,6 +71,7 @@ bool group_listen_sockets(Builder& b) {
       ListenSocket& ls = http.listen_sockets[k];
       ls.servers.push_back(srv);
       ls.conf.ssl = ls.conf.ssl || l.ssl;
+      ls.conf.http2 = ls.conf.http2 || l.http2;
       if (l.default_server) {
         if (ls.default_server != nullptr) {
           return b.fail(node.listen_locs[li], absl::StrCat("a duplicate default server for ", l.text));

@@ -86,6 +86,15 @@ void HttpConnection::process() {
       stream_->set_low_water(kPipelineHighWater / 2);
       break;
     }
+    if (state_ == State::kIdle && requests_ == 0 && srv_.takes_streams()) {
+      const ModuleCore::Take t = srv_.take_stream(*stream_, listen_);
+      if (t == ModuleCore::Take::kMore) break;
+      if (t == ModuleCore::Take::kTaken) {
+        hand_over();
+        in_process_ = false;
+        return;
+      }
+    }
     if (state_ == State::kIdle) start_head();
     ParseResult r = parse_request(std::string_view(in.data(), in.size()), req_->parsed(), limits_, last_len_);
     if (r.status == ParseStatus::kPartial) {
@@ -103,6 +112,16 @@ void HttpConnection::process() {
   }
   if (stream_ != nullptr && state_ != State::kClosing) stream_->flush();
   in_process_ = false;
+}
+
+void HttpConnection::hand_over() {
+  state_ = State::kClosing;
+  set_stat(nullptr);
+  reactor::Timer* t = this;
+  core_.reactor->timers().cancel(*t);
+  stream_ = nullptr;
+  unlink();
+  core_.reactor->post(this);  // deleted from the loop, after the callback that is on the stack
 }
 
 void HttpConnection::start_head() {
@@ -446,6 +465,7 @@ bool HttpServer::init_modules(std::string* error) {
       *error = absl::StrCat("module \"", m->name, "\": ", err);
       return false;
     }
+    if (cores_[m->index]->takes_streams()) takers_.push_back(cores_[m->index].get());
     if (ContentHandler* h = cores_[m->index]->content_handler()) {
       handlers_[m->index] = h;
       fallback_ = m->index;
@@ -486,7 +506,7 @@ size_t HttpServer::reclaim_idle(size_t max) {
   size_t n = 0;
   for (Node* c = live.next; c != nullptr && n < max;) {
     Node* next = c->next;
-    if (static_cast<HttpConnection*>(c)->close_if_idle()) ++n;
+    if (c->close_if_idle()) ++n;
     c = next;
   }
   return n;
@@ -496,7 +516,7 @@ void HttpServer::begin_shutdown() {
   shutting_down_ = true;
   for (Node* n = live.next; n != nullptr;) {
     Node* next = n->next;
-    static_cast<HttpConnection*>(n)->shutdown_if_idle();
+    n->shutdown_if_idle();
     n = next;
   }
 }

@@ -73,12 +73,42 @@ class HttpServer final : public net::AcceptHandler {
   /// Connections accepted by this core ($connection is core-local: core id in the high bits).
   uint64_t connection_counter = 0;
 
-  // Intrusive list of live connections (for shutdown).
+  /// Whether a module may take a new connection's stream over (ModuleCore::take_stream: HTTP/2).
+  bool takes_streams() const { return !takers_.empty(); }
+  /// Asks those modules, in registry order, about the first bytes of a connection on `listen`.
+  ModuleCore::Take take_stream(net::Stream& s, const config::ListenSocket& listen) {
+    for (ModuleCore* m : takers_) {
+      if (ModuleCore::Take t = m->take_stream(s, listen); t != ModuleCore::Take::kNo) return t;
+    }
+    return ModuleCore::Take::kNo;
+  }
+
+  /// A node of the intrusive list of live connections (for shutdown and for reclaiming idle ones), whatever
+  /// their protocol. The list's head is a plain Node.
   struct Node {
     Node* prev = nullptr;
     Node* next = nullptr;
+    /// Graceful shutdown: an idle connection closes now, a busy one after its responses.
+    virtual void shutdown_if_idle() {}
+    /// Closes the connection if it is idle (no request in progress, nothing unsent); returns whether it did.
+    virtual bool close_if_idle() { return false; }
+    void link(Node& head) {
+      prev = &head;
+      next = head.next;
+      if (next != nullptr) next->prev = this;
+      head.next = this;
+    }
+    void unlink() {
+      if (prev != nullptr) prev->next = next;
+      if (next != nullptr) next->prev = prev;
+      prev = next = nullptr;
+    }
+
+   protected:
+    ~Node() = default;
   };
-  Node live;
+  struct ListHead final : Node {};
+  ListHead live;
 
  private:
   CoreContext core_;
@@ -87,6 +117,7 @@ class HttpServer final : public net::AcceptHandler {
   size_t fallback_ = 0;  // the last module with a content handler (static files): for a conf built by hand
   std::vector<PhaseHandler> phase_handlers_[static_cast<size_t>(Phase::kLog) + 1];  // by Phase
   std::vector<HeadFilter> head_filters_;
+  std::vector<ModuleCore*> takers_;  // the module parts whose takes_streams() is true
   std::vector<std::unique_ptr<HeaderField[]>> free_fields_;
   bool shutting_down_ = false;
 };

@@ -87,11 +87,7 @@ class HttpConnection final : public net::StreamHandler,
     ++core_.stats->conn_idle;
     state_stat_ = &core_.stats->conn_idle;
     arm(def.client_header_timeout_ms);
-    // link into the server's live list
-    prev = &srv_.live;
-    next = srv_.live.next;
-    if (next != nullptr) next->prev = this;
-    srv_.live.next = this;
+    link(srv_.live);
   }
 
   ~HttpConnection() {
@@ -100,8 +96,7 @@ class HttpConnection final : public net::StreamHandler,
       retired_ = std::move(next);
     }
     set_stat(nullptr);
-    if (prev != nullptr) prev->next = next;
-    if (next != nullptr) next->prev = prev;
+    unlink();
   }
 
   // ---- StreamHandler
@@ -156,14 +151,14 @@ class HttpConnection final : public net::StreamHandler,
 
   /// Graceful shutdown: an idle keep-alive connection closes now (nothing unread: a plain FIN); others
   /// close after their response.
-  void shutdown_if_idle() {
+  void shutdown_if_idle() override {
     if (req_ != nullptr) req_->set_keep_alive(false);  // HttpServer::shutting_down() keeps the next ones closed
     if (state_ != State::kIdle || stream_ == nullptr) return;
     bool quiet = stream_->pending_output() == 0 && stream_->input().empty();
     close(quiet ? net::Stream::Close::kAbort : net::Stream::Close::kGraceful);
   }
   /// Closes the connection if it is an idle keep-alive one; returns whether it did.
-  bool close_if_idle() {
+  bool close_if_idle() override {
     if (state_ != State::kIdle || stream_ == nullptr || !stream_->input().empty() ||
         stream_->pending_output() != 0) {
       return false;
@@ -258,6 +253,8 @@ class HttpConnection final : public net::StreamHandler,
   }
 
   void process();
+  /// A module took the stream over (ModuleCore::take_stream): this connection lets go of it and goes.
+  void hand_over();
   /// The next request's head has begun: its request object takes a field table (the pool's).
   void start_head();
   void start_request(std::span<const char> in, size_t head_len);

@@ -261,6 +261,7 @@ void reset(Request& r) {
   r.query = {};
   r.has_query = false;
   r.version_minor = 1;
+  r.version_major = 1;
   r.host = {};
   r.host_name = {};
   r.host_port = {};

@@ -186,6 +186,13 @@ struct Request : FieldLines {
   std::string_view query;  // after the first '?', undecoded (nginx $args); empty if none
   bool has_query = false;  // a '?' was present (even if the query is empty)
   uint8_t version_minor = 1;  // HTTP/1.<version_minor>: 0 or 1
+  /// 2: the request came in an HTTP/2 stream (core/http2/; version_minor is then 1: the head reads as an
+  /// HTTP/1.1 one's), else 1. $server_protocol and $request say "HTTP/2.0".
+  uint8_t version_major = 1;
+  /// "HTTP/1.0", "HTTP/1.1" or "HTTP/2.0" ($server_protocol).
+  std::string_view protocol_text() const {
+    return version_major == 2 ? "HTTP/2.0" : version_minor == 0 ? "HTTP/1.0" : "HTTP/1.1";
+  }
 
   /// The request's host (RFC 9112 §3.2.2): the authority of an absolute-form target if there is one, else
   /// the Host field value; empty if neither. `host_name` is the same without ":port" and a trailing dot (as

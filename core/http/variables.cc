@@ -179,7 +179,7 @@ constexpr config::Variable kHttpVariables[] = {
      [](Src s, std::string_view, std::string& out) {
        const Request& req = s.exchange().request();
        if (req.method_text.empty()) return false;
-       absl::StrAppend(&out, req.method_text, " ", req.target, " HTTP/1.", req.version_minor);
+       absl::StrAppend(&out, req.method_text, " ", req.target, " ", req.protocol_text());
        return true;
      }},
     {"request_method",
@@ -230,7 +230,7 @@ constexpr config::Variable kHttpVariables[] = {
      [](Src s, std::string_view, std::string& out) {
        const Request& req = s.exchange().request();
        if (req.method_text.empty()) return false;
-       absl::StrAppend(&out, "HTTP/1.", req.version_minor);
+       out.append(req.protocol_text());
        return true;
      }},
     {"scheme",

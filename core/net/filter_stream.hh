@@ -13,8 +13,9 @@ namespace kosoku::net {
 
 class FilterStream : public Stream, public StreamHandler {
  public:
-  /// The handler of this stream (set once, before the first callback can run).
-  void set_handler(StreamHandler* h) { handler_ = h; }
+  /// The handler of this stream (set before the first callback can run; replaced by a protocol that takes
+  /// the connection over).
+  void set_handler(StreamHandler* h) override { handler_ = h; }
 
  protected:
   ~FilterStream() = default;

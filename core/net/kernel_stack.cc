@@ -192,6 +192,7 @@ class KernelStream final : public Stream {
     handler_ = h;
     arm_recv();
   }
+  void set_handler(StreamHandler* h) override { handler_ = h; }
 
   /// Outgoing: submit the connect; recv and sends start when it completes.
   void start_connect(StreamHandler* h, const sockaddr* addr, socklen_t len) {

@@ -77,6 +77,10 @@ class Stream {
   virtual void set_low_water(size_t bytes) = 0;
 
   virtual void close(Close how) = 0;
+  /// Makes `h` the handler of this stream from the next callback on: a protocol that takes over a connection
+  /// (HTTP/2 after the HTTP/1.1 connection read its preface) calls it from inside a callback of the old
+  /// handler, which must not touch the stream afterwards.
+  virtual void set_handler(StreamHandler* h) = 0;
 
   /// Peer address (AF_INET/AF_INET6) and its text form ("192.0.2.1", "2001:db8::1").
   virtual const sockaddr* peer() const = 0;
@@ -92,6 +96,8 @@ class Stream {
   /// The socket expects TLS but the client sent plain bytes (nginx answers "The plain HTTP request was sent
   /// to HTTPS port").
   virtual bool plain_on_tls_socket() const { return false; }
+  /// The application protocol the TLS handshake chose (RFC 7301 ALPN: "h2", "http/1.1"); empty when none.
+  virtual std::string_view alpn() const { return {}; }
 
   void write(std::string_view data);
 

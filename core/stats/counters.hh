@@ -43,6 +43,20 @@ struct TlsCounters {
   uint64_t handshakes_waiting = 0;  // gauge: handshakes suspended while a certificate is read
 };
 
+struct Http2Counters {
+  uint64_t connections = 0;        // connections that became HTTP/2 (preface or ALPN h2)
+  uint64_t streams = 0;            // streams (requests) opened by clients
+  uint64_t streams_active = 0;     // gauge: streams open now
+  uint64_t rst_received = 0;       // RST_STREAM frames from clients
+  uint64_t rst_sent = 0;           // RST_STREAM frames sent (malformed requests, send_timeout, aborts)
+  uint64_t goaway_no_error = 0;    // GOAWAY sent: graceful (shutdown, idle, keepalive_requests)
+  uint64_t goaway_protocol_error = 0;  // GOAWAY sent: PROTOCOL_ERROR, FRAME_SIZE_ERROR, COMPRESSION_ERROR...
+  uint64_t goaway_enhance_your_calm = 0;  // GOAWAY sent: ENHANCE_YOUR_CALM (an abusive peer)
+  uint64_t goaway_other = 0;       // GOAWAY sent with another code
+  uint64_t rapid_reset = 0;        // connections closed for resetting streams too fast (CVE-2023-44487)
+  uint64_t flood = 0;              // connections closed for a frame flood (control frames, CONTINUATION, acks)
+};
+
 struct CoreStats {
   int core = 0;
   // connections
@@ -69,6 +83,7 @@ struct CoreStats {
   uint64_t shared_buffers = 0;
   uint64_t shared_buffer_bytes = 0;
   TlsCounters tls;
+  Http2Counters http2;
   // loop
   uint64_t loop_iterations = 0;
   uint64_t start_time_s = 0;

@@ -209,13 +209,21 @@ int ticket_key_cb(SSL* ssl, unsigned char* name, unsigned char* iv, EVP_CIPHER_C
   return enc || current ? 1 : 2;  // 2: accepted under an older key, a new ticket is issued
 }
 
-// ALPN (RFC 7301): http/1.1 is the only protocol offered; a client that offers others only is refused, as
-// nginx does.
-int alpn_select(SSL*, const unsigned char** out, unsigned char* outlen, const unsigned char* in, unsigned inlen,
+// ALPN (RFC 7301): the protocols of the server the ClientHello chose (ServerConf::alpn: h2 first where
+// HTTP/2 is on, then http/1.1), in the server's order; a client that offers none of them is refused, as nginx
+// does. Runs after the ClientHello callback.
+int alpn_select(SSL* ssl, const unsigned char** out, unsigned char* outlen, const unsigned char* in, unsigned inlen,
                 void*) {
-  static const unsigned char kProtos[] = "\x08http/1.1";
+  const TlsStream* t = TlsStream::of(ssl);
+  const config::ListenSocket* listen = listen_of(ssl);
+  const config::ServerConf* srv = t != nullptr && t->server() != nullptr ? t->server()
+                                  : listen != nullptr                    ? listen->default_server
+                                                                         : nullptr;
+  static const std::string kHttp11("\x08http/1.1", 9);
+  const std::string& protos = srv != nullptr ? srv->alpn : kHttp11;
   unsigned char* sel = nullptr;
-  if (SSL_select_next_proto(&sel, outlen, kProtos, sizeof(kProtos) - 1, in, inlen) != OPENSSL_NPN_NEGOTIATED) {
+  if (SSL_select_next_proto(&sel, outlen, reinterpret_cast<const unsigned char*>(protos.data()),
+                            static_cast<unsigned>(protos.size()), in, inlen) != OPENSSL_NPN_NEGOTIATED) {
     return SSL_TLSEXT_ERR_ALERT_FATAL;
   }
   *out = sel;
@@ -280,6 +288,7 @@ int client_hello(SSL* ssl, int* alert, void* arg) {
   // Server names compare case-insensitively (RFC 6066 §3: DNS host names); $ssl_server_name keeps the bytes.
   const std::string host = absl::AsciiStrToLower(t->server_name());
   const config::ServerConf* srv = host.empty() ? listen->default_server : listen->find_server(host);
+  t->set_server(srv);
   const SslSrvConf& c = srv->module<SslSrvConf>();
   // The certificate store first (exact name, then its wildcard): a certificate added at run time wins over
   // the configuration's. A name not loaded on this core suspends the handshake while its file is read through

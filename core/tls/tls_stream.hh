@@ -83,6 +83,9 @@ class TlsStream final : public net::FilterStream,
   /// The SNI name as the client sent it, empty if none ($ssl_server_name).
   const std::string& server_name() const { return server_name_; }
   void set_server_name(std::string_view name) { server_name_.assign(name); }
+  /// The virtual server the ClientHello chose (by SNI; null before it: the socket's default server applies).
+  const config::ServerConf* server() const { return server_; }
+  void set_server(const config::ServerConf* srv) { server_ = srv; }
   /// Largest record payload to send (ssl_buffer_size).
   void set_record_limit(size_t bytes) { record_limit_ = bytes < 512 ? 512 : bytes; }
   /// The client-hello callback suspended the handshake (a certificate is being read by `cache`): resume it on
@@ -112,6 +115,12 @@ class TlsStream final : public net::FilterStream,
   }
   bool secure() const override { return state_ != State::kPlain; }
   bool plain_on_tls_socket() const override { return state_ == State::kPlain; }
+  std::string_view alpn() const override {
+    const unsigned char* p = nullptr;
+    unsigned len = 0;
+    SSL_get0_alpn_selected(ssl_, &p, &len);
+    return {reinterpret_cast<const char*>(p), len};
+  }
 
   // ---- net::StreamHandler (the lower stream)
   void on_readable(net::Stream&) override { drive(); }
@@ -175,6 +184,7 @@ class TlsStream final : public net::FilterStream,
   size_t record_limit_ = 16384;
   uint64_t close_timeout_ms_ = 60000;
   std::string server_name_;
+  const config::ServerConf* server_ = nullptr;
   SSL_SESSION** session_slot_ = nullptr;
   certs::CertCache* cert_cache_ = nullptr;  // the cache this stream may wait on (cancelled at the end)
   int error_ = 0;                 // why the layer closed the lower stream (EPROTO: a TLS failure), for on_closed

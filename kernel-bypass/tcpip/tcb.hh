@@ -100,7 +100,7 @@ class Tcb final : public net::Stream {
   void open_passive(const TcpSegment& syn, bool listener_backlog);
   /// Passive open completed by a valid SYN cookie: straight to ESTABLISHED with the cookie's MSS.
   void open_from_cookie(const TcpSegment& ack, SeqNum iss, uint16_t mss);
-  void set_handler(net::StreamHandler* h) { handler_ = h; }
+  void set_handler(net::StreamHandler* h) override { handler_ = h; }
   /// Drop the connection: state CLOSED, timers off, on_closed(error) if not yet told, table removal (the
   /// memory is freed by TcpStack::reap()).
   void terminate(int error);

@@ -55,6 +55,7 @@ class MemStream final : public net::Stream {
   size_t pending_output() const override { return 0; }
   void set_low_water(size_t) override {}
   void close(Close) override { closed = true; }
+  void set_handler(net::StreamHandler*) override {}
   const sockaddr* peer() const override { return nullptr; }
   std::string_view peer_text() const override { return "fuzz"; }
   uint16_t local_port() const override { return 443; }
