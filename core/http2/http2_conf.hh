@@ -12,9 +12,6 @@ namespace kosoku::http2 {
 struct Http2SrvConf {
   static constexpr config::ConfLevel kLevel = config::ConfLevel::kServer;
   bool enable = false;                  // `http2 on|off` (nginx >= 1.25.1)
-  /// finalize: `http2 on` here, or `listen ... http2` on any address the server listens on (for every server
-  /// on that address, as nginx's listen option).
-  bool on = false;
   uint32_t max_concurrent_streams = 128;  // `http2_max_concurrent_streams` (SETTINGS_MAX_CONCURRENT_STREAMS)
   /// `http2_recv_buffer_size`: the most input bytes one read step hands to the frame decoder (the rest is
   /// decoded on the loop's next turn), so one connection cannot hold its core for long.

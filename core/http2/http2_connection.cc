@@ -20,6 +20,8 @@ constexpr size_t kLowWater = 64 * 1024;
 // may send beyond the payload bytes exchanged (nginx's "http2 flood detected" rule has the same shape).
 constexpr uint64_t kControlAllowance = 1 << 20;
 constexpr uint8_t kFrameHeaderLen = 9;
+// Request body bytes read and dropped after the response is complete, before the stream is reset.
+constexpr uint64_t kDrainAfterResponse = 1 << 20;
 
 Http2Connection* self(void* p) { return static_cast<Http2Connection*>(p); }
 
@@ -45,6 +47,7 @@ Http2Connection::Http2Connection(http::HttpServer& srv, net::Stream& s, const co
 }
 
 Http2Connection::~Http2Connection() {
+  destroying_ = true;
   while (requests_head_ != nullptr) {
     Http2Request* r = requests_head_;
     unlink(r);
@@ -60,6 +63,7 @@ bool Http2Connection::start() {
   if (nghttp2_session_callbacks_new(&cb) != 0) return false;
   nghttp2_session_callbacks_set_send_callback(cb, &on_send);
   nghttp2_session_callbacks_set_send_data_callback(cb, &on_send_data);
+  nghttp2_session_callbacks_set_on_begin_frame_callback(cb, &on_begin_frame);
   nghttp2_session_callbacks_set_on_begin_headers_callback(cb, &on_begin_headers);
   nghttp2_session_callbacks_set_on_header_callback(cb, &on_header);
   nghttp2_session_callbacks_set_on_frame_recv_callback(cb, &on_frame_recv);
@@ -75,13 +79,14 @@ bool Http2Connection::start() {
   // The request body's window is given back as the handler consumes it (flow control follows the reader).
   nghttp2_option_set_no_auto_window_update(opt, 1);
   nghttp2_option_set_no_recv_client_magic(opt, 0);
-  // Streams the client opens beyond the advertised limit before it has acknowledged SETTINGS are refused too.
+  // The HPACK dynamic table the encoder of our responses keeps.
   nghttp2_option_set_max_deflate_dynamic_table_size(opt, 4096);
   // The library's own reset limit stays above ours, which answers first with ENHANCE_YOUR_CALM.
   nghttp2_option_set_stream_reset_rate_limit(opt, static_cast<uint64_t>(reset_burst_ * 4),
                                              static_cast<uint64_t>(reset_rate_ * 4));
   nghttp2_option_set_max_outbound_ack(opt, 1000);
   nghttp2_option_set_max_settings(opt, 32);
+  nghttp2_option_set_server_fallback_rfc7540_priorities(opt, 1);
   const int rv = nghttp2_session_server_new2(&session_, cb, this, opt);
   nghttp2_option_del(opt);
   nghttp2_session_callbacks_del(cb);
@@ -95,6 +100,9 @@ bool Http2Connection::start() {
       {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, static_cast<uint32_t>(conf_.body_preread_size)},
       {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, header_list},
       {NGHTTP2_SETTINGS_ENABLE_PUSH, 0},
+      // RFC 9218: responses are ordered by the request's `priority` field (and PRIORITY_UPDATE frames), not
+      // by RFC 7540's dependency tree, whose closed streams would have to be kept.
+      {NGHTTP2_SETTINGS_NO_RFC7540_PRIORITIES, 1},
   };
   if (nghttp2_submit_settings(session_, NGHTTP2_FLAG_NONE, settings, std::size(settings)) != 0) return false;
   // The connection's receive window: every stream's preread at once (RFC 9113 §6.9.2; the default 65,535
@@ -150,11 +158,13 @@ void Http2Connection::on_closed(net::Stream&, int error) {
 
 void Http2Connection::run() {
   if (dead_) {
+    destroying_ = true;  // what run_events causes is seen below: nothing is posted meanwhile
     run_events();
     if (requests_head_ == nullptr) {
       delete this;
       return;
     }
+    destroying_ = false;
     return;  // a request's content state still works: release() brings the connection back here
   }
   process();
@@ -242,6 +252,7 @@ void Http2Connection::run_events() {
     for (Http2Request* r : ready) {
       if (r->stream_closed_) continue;
       r->phases_run_ = true;
+      ++core_.stats->requests;
       if (r->reject_status_ != 0) {
         r->reject(r->reject_status_, core_.reactor->now_ms());
       } else {
@@ -432,6 +443,21 @@ int Http2Connection::on_send_data(nghttp2_session*, nghttp2_frame* frame, const 
   return 0;
 }
 
+int Http2Connection::on_begin_frame(nghttp2_session* session, const nghttp2_frame_hd* hd, void* p) {
+  Http2Connection* c = self(p);
+  if (hd->type != NGHTTP2_HEADERS || (hd->stream_id & 1) == 0 || hd->stream_id >= c->max_request_id_) return 0;
+  if (nghttp2_session_find_stream(session, hd->stream_id) != nullptr) return 0;  // trailers
+  // RFC 9113 §5.1.1: a client stream id below one already used opens nothing — a closed stream's id again, or
+  // one skipped. Only a stream the server reset may still see the client's HEADERS (trailers in flight).
+  if (std::find(c->reset_ids_.begin(), c->reset_ids_.end(), hd->stream_id) != c->reset_ids_.end()) return 0;
+  if (!c->closing_) {
+    KOSOKU_LOG(kInfo, "client sent HEADERS for stream %d below stream %d, client: %s", hd->stream_id,
+               c->max_request_id_, c->remote_addr());
+    c->terminate(NGHTTP2_PROTOCOL_ERROR, nullptr);
+  }
+  return 0;
+}
+
 int Http2Connection::on_begin_headers(nghttp2_session* session, const nghttp2_frame* frame, void* p) {
   Http2Connection* c = self(p);
   if (frame->hd.type != NGHTTP2_HEADERS) return 0;
@@ -443,6 +469,7 @@ int Http2Connection::on_begin_headers(nghttp2_session* session, const nghttp2_fr
     nghttp2_submit_rst_stream(session, NGHTTP2_FLAG_NONE, frame->hd.stream_id, NGHTTP2_REFUSED_STREAM);
     return 0;
   }
+  c->max_request_id_ = std::max(c->max_request_id_, frame->hd.stream_id);
   auto* r = new Http2Request(*c, frame->hd.stream_id, c->srv_, *c->listen_.default_server);
   c->link(r);
   if (++c->requests_count_ == 1) {
@@ -533,6 +560,14 @@ int Http2Connection::on_data_chunk(nghttp2_session*, uint8_t, int32_t id, const 
   Http2Request* r = c->request_of(id);
   if (r == nullptr || r->discarding_ || r->body_error_ != 0) {
     c->consume(id, len);
+    if (r != nullptr && r->drain_left_ > 0) {
+      if (len >= r->drain_left_) {
+        r->drain_left_ = 0;
+        nghttp2_submit_rst_stream(c->session_, NGHTTP2_FLAG_NONE, id, NGHTTP2_NO_ERROR);
+      } else {
+        r->drain_left_ -= len;
+      }
+    }
     return 0;
   }
   r->on_data(std::string_view(reinterpret_cast<const char*>(data), len));
@@ -545,12 +580,19 @@ int Http2Connection::on_frame_send(nghttp2_session*, const nghttp2_frame* frame,
       (frame->hd.flags & NGHTTP2_FLAG_END_STREAM) != 0) {
     Http2Request* r = c->request_of(frame->hd.stream_id);
     if (r != nullptr && !r->body_end_ && !r->stream_closed_) {
-      // The response is complete before the request body (RFC 9113 §8.1): the client may stop sending it.
-      nghttp2_submit_rst_stream(c->session_, NGHTTP2_FLAG_NONE, r->id_, NGHTTP2_NO_ERROR);
+      // The response is complete before the request body (RFC 9113 §8.1). The rest of the body is read and
+      // dropped, up to kDrainAfterResponse bytes and client_body_timeout, then RST_STREAM NO_ERROR asks the
+      // client to stop: a reset that comes while the client still sends makes some clients lose the response.
+      r->discarding_ = true;
+      c->consume(r->id_, r->body_in_.size());
+      std::string().swap(r->body_in_);
+      r->drain_left_ = kDrainAfterResponse;
+      r->arm(Http2Request::TimerRole::kBody, r->loc_->client_body_timeout_ms);
     }
   }
   if (frame->hd.type == NGHTTP2_RST_STREAM) {
     ++c->counters_.rst_sent;
+    c->reset_ids_[c->reset_next_++ % c->reset_ids_.size()] = frame->hd.stream_id;
     // Streams the server resets because of what the client sent count as the client's resets.
     if (frame->rst_stream.error_code != NGHTTP2_NO_ERROR && !c->charge_reset() && !c->goaway_sent_) {
       ++c->counters_.rapid_reset;

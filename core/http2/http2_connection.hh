@@ -16,6 +16,7 @@
 
 #include <nghttp2/nghttp2.h>
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -105,7 +106,7 @@ class Http2Request final : public http::HttpRequest, public reactor::Timer {
   TimerRole timer_role_ = TimerRole::kNone;
 
   // Head being decoded.
-  std::string method_, path_, authority_, scheme_, cookie_;
+  std::string method_, path_, authority_, host_, scheme_, cookie_;
   std::string fields_text_;  // "name: value\r\n" of the regular fields, in order
   size_t field_bytes_ = 0;   // RFC 9113 §6.5.2 size of the list so far (name + value + 32 per field)
   uint32_t field_count_ = 0;
@@ -131,6 +132,7 @@ class Http2Request final : public http::HttpRequest, public reactor::Timer {
   bool body_end_ = false;        // END_STREAM received
   bool body_paused_ = false;
   bool discarding_ = false;      // body bytes are dropped as they arrive
+  uint64_t drain_left_ = 0;      // after the response: body bytes still dropped before RST_STREAM NO_ERROR
 
   // Life.
   bool phases_run_ = false;   // the head was complete and the phases started
@@ -197,7 +199,9 @@ class Http2Connection final : public net::StreamHandler,
   void terminate(uint32_t code, const char* why);
   void close(net::Stream::Close how);
   void arm_timer();
-  void schedule() { core_.reactor->post(this); }
+  void schedule() {
+    if (!destroying_) core_.reactor->post(this);
+  }
   size_t active_requests() const { return requests_count_; }
   uint64_t sent() const { return stream_ != nullptr ? committed_ - stream_->pending_output() : UINT64_MAX; }
   /// Consumes `n` bytes of stream `id`'s receive window (the session then sends WINDOW_UPDATE as needed).
@@ -216,6 +220,7 @@ class Http2Connection final : public net::StreamHandler,
   static ssize_t on_send(nghttp2_session*, const uint8_t* data, size_t len, int flags, void* conn);
   static int on_send_data(nghttp2_session*, nghttp2_frame* frame, const uint8_t* framehd, size_t length,
                           nghttp2_data_source* src, void* conn);
+  static int on_begin_frame(nghttp2_session*, const nghttp2_frame_hd* hd, void* conn);
   static int on_begin_headers(nghttp2_session*, const nghttp2_frame* frame, void* conn);
   static int on_header(nghttp2_session*, const nghttp2_frame* frame, const uint8_t* name, size_t namelen,
                        const uint8_t* value, size_t valuelen, uint8_t flags, void* conn);
@@ -244,6 +249,7 @@ class Http2Connection final : public net::StreamHandler,
   bool closing_ = false;      // close once the GOAWAY (and what is queued) is out
   bool peer_closed_ = false;
   bool dead_ = false;         // the stream is gone: delete once no request holds the connection
+  bool destroying_ = false;   // in the destructor: a request's content state going posts nothing
 
   Http2Request* requests_head_ = nullptr;  // every live request, oldest first
   Http2Request* requests_tail_ = nullptr;
@@ -257,6 +263,9 @@ class Http2Connection final : public net::StreamHandler,
   uint64_t reset_refill_ms_ = 0;
   uint64_t control_bytes_ = 0;   // received frame bytes that carried no payload (SETTINGS, PING, ...)
   uint64_t payload_bytes_ = 0;   // request heads and body bytes received, DATA bytes sent
+  int32_t max_request_id_ = 0;   // the highest stream id a request opened
+  std::array<int32_t, 32> reset_ids_{};  // the streams the server reset last (their trailers may still come)
+  uint32_t reset_next_ = 0;
 };
 
 }  // namespace kosoku::http2

@@ -104,27 +104,20 @@ constexpr DirectiveSpec kHttp2Directives[] = {
     {.name = "http2_push_preload", .contexts = kCtxHttpAny, .args = kTake1, .set = set_obsolete},
 };
 
-// Which servers speak HTTP/2: `http2 on`, or a `listen ... http2` line for an address the server listens on
-// (the sockets are grouped after the modules' finalize: the addresses are compared here). Such a server offers
-// h2 first in ALPN.
+// Which servers offer h2 in ALPN: those with `http2 on` (a `listen ... http2` socket offers it for every
+// server on it: the TLS module reads ListenConf::http2).
 bool finalize(Builder& b) {
-  HttpConf& http = b.main->http;
-  std::vector<const ListenConf*> h2_addrs;
-  for (const std::unique_ptr<ServerConf>& srv : http.servers) {
-    for (const ListenConf& l : srv->listen) {
-      if (l.http2) h2_addrs.push_back(&l);
-    }
-  }
   static const std::string kH2First("\x02h2\x08http/1.1", 12);
-  for (const std::unique_ptr<ServerConf>& srv : http.servers) {
-    Http2SrvConf& c = srv->module<Http2SrvConf>();
-    c.on = c.enable;
-    for (size_t i = 0; i < srv->listen.size() && !c.on; ++i) {
-      for (const ListenConf* a : h2_addrs) c.on = c.on || same_sockaddr(a->addr, srv->listen[i].addr);
-    }
-    if (c.on) srv->alpn = kH2First;
+  for (const std::unique_ptr<ServerConf>& srv : b.main->http.servers) {
+    if (srv->module<Http2SrvConf>().enable) srv->alpn = kH2First;
   }
   return true;
+}
+
+/// Whether HTTP/2 with prior knowledge is taken on `ls` (cleartext): the socket's `listen ... http2`, or
+/// `http2 on` in its default server (nginx's rule).
+bool h2_socket(const config::ListenSocket& ls) {
+  return ls.conf.http2 || ls.default_server->module<Http2SrvConf>().enable;
 }
 
 bool http2_value(const VariableSource& src, std::string_view, std::string& out) {
@@ -144,7 +137,7 @@ class Http2Core final : public http::ModuleCore {
   bool takes_streams() const override { return true; }
   Take take_stream(net::Stream& s, const config::ListenSocket& listen) override {
     if (s.alpn() != "h2") {
-      if (!listen.default_server->module<Http2SrvConf>().on) return Take::kNo;
+      if (!h2_socket(listen)) return Take::kNo;
       const std::span<const char> in = s.input();
       const size_t n = std::min(in.size(), kPrefaceLen);
       if (std::memcmp(in.data(), kPreface, n) != 0) return Take::kNo;
@@ -170,8 +163,9 @@ config::Module& module() {
       .variables = kHttp2Variables,
       .init_core = [](http::HttpServer& server, std::string*) -> std::unique_ptr<http::ModuleCore> {
         for (const config::ListenSocket& ls : server.core().conf->http.listen_sockets) {
+          if (ls.conf.http2) return std::make_unique<Http2Core>(server);
           for (const config::ServerConf* srv : ls.servers) {
-            if (srv->module<Http2SrvConf>().on) return std::make_unique<Http2Core>(server);
+            if (srv->module<Http2SrvConf>().enable) return std::make_unique<Http2Core>(server);
           }
         }
         return nullptr;  // no server speaks HTTP/2: no connection is ever asked

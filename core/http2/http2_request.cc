@@ -5,6 +5,7 @@
 
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "core/base/log.hh"
 #include "core/http/conditional.hh"
@@ -72,8 +73,8 @@ void Http2Request::add_field(std::string_view name, std::string_view value) {
     cookie_.append(value);
     return;
   }
-  if (name == "host") {
-    if (authority_.empty()) authority_.assign(value);  // :authority wins (RFC 9113 §8.3.1)
+  if (name == "host") {  // the head's Host comes from :authority, or from this field without one
+    host_.assign(value);
     return;
   }
   absl::StrAppend(&fields_text_, name, ": ", value, "\r\n");
@@ -84,6 +85,14 @@ int Http2Request::complete_head(bool end_stream) {
     KOSOKU_LOG(kInfo, "client sent too large http2 header list, client: %s", conn_.remote_addr());
     return 431;
   }
+  if (authority_.empty()) {
+    authority_.swap(host_);
+  } else if (!host_.empty() && !absl::EqualsIgnoreCase(host_, authority_)) {
+    // RFC 9113 §8.3.1: a Host that differs from :authority is malformed (nginx refuses it too).
+    KOSOKU_LOG(kInfo, "client sent \"Host\" header that differs from \":authority\", client: %s",
+               conn_.remote_addr());
+    return 400;
+  }
   // The head is read by the HTTP/1.1 parser (one grammar, one set of limits for both protocols): the
   // request line from the pseudo-header fields, Host from :authority.
   std::string& h = srv_.head_scratch;
@@ -92,7 +101,7 @@ int Http2Request::complete_head(bool end_stream) {
   absl::StrAppend(&h, method_, " ", target, " HTTP/1.1\r\nhost: ", authority_, "\r\n", fields_text_);
   if (!cookie_.empty()) absl::StrAppend(&h, "cookie: ", cookie_, "\r\n");
   h.append("\r\n");
-  for (std::string* s : {&method_, &path_, &authority_, &scheme_, &cookie_, &fields_text_}) std::string().swap(*s);
+  for (std::string* s : {&method_, &path_, &authority_, &host_, &scheme_, &cookie_, &fields_text_}) std::string().swap(*s);
   const config::ServerConf& s = *server_;
   http::ParserLimits limits;
   limits.max_fields = s.max_headers;
@@ -409,7 +418,11 @@ void Http2Request::fire() {
   const TimerRole role = timer_role_;
   timer_role_ = TimerRole::kNone;
   if (stream_closed_) return;
-  if (role == TimerRole::kBody) {
+  if (role == TimerRole::kBody && drain_left_ > 0) {
+    // The response is out and the rest of the body did not come within client_body_timeout.
+    drain_left_ = 0;
+    if (conn_.session_ != nullptr) nghttp2_submit_rst_stream(conn_.session_, NGHTTP2_FLAG_NONE, id_, NGHTTP2_NO_ERROR);
+  } else if (role == TimerRole::kBody) {
     KOSOKU_LOG(kInfo, "client timed out (110: Connection timed out) while reading client request body, client: %s",
                conn_.remote_addr());
     body_error_ = 408;

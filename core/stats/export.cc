@@ -23,6 +23,29 @@ constexpr std::string_view kResponseClass[6] = {"other", "1xx", "2xx", "3xx", "4
 // Text/JSON order of the response classes: 1xx..5xx, then other.
 constexpr int kResponseOrder[6] = {1, 2, 3, 4, 5, 0};
 
+// The HTTP/2 counters, once for every format: the text line, the JSON object and the Prometheus families
+// (kosoku_http2_NAME_total, or kosoku_http2_NAME for a gauge).
+struct Http2Field {
+  std::string_view name;
+  uint64_t Http2Counters::*member;
+  std::string_view help;
+  bool gauge = false;
+};
+constexpr Http2Field kHttp2Fields[] = {
+    {"connections", &Http2Counters::connections, "Connections that became HTTP/2"},
+    {"streams", &Http2Counters::streams, "HTTP/2 streams opened by clients"},
+    {"streams_active", &Http2Counters::streams_active, "HTTP/2 streams open now", true},
+    {"rst_received", &Http2Counters::rst_received, "HTTP/2 RST_STREAM frames received"},
+    {"rst_sent", &Http2Counters::rst_sent, "HTTP/2 RST_STREAM frames sent"},
+    {"goaway_no_error", &Http2Counters::goaway_no_error, "HTTP/2 GOAWAY sent: NO_ERROR"},
+    {"goaway_protocol_error", &Http2Counters::goaway_protocol_error,
+     "HTTP/2 GOAWAY sent: PROTOCOL_ERROR, FRAME_SIZE_ERROR, COMPRESSION_ERROR, FLOW_CONTROL_ERROR"},
+    {"goaway_enhance_your_calm", &Http2Counters::goaway_enhance_your_calm, "HTTP/2 GOAWAY sent: ENHANCE_YOUR_CALM"},
+    {"goaway_other", &Http2Counters::goaway_other, "HTTP/2 GOAWAY sent with another code"},
+    {"rapid_reset", &Http2Counters::rapid_reset, "HTTP/2 connections closed for resetting streams too fast"},
+    {"flood", &Http2Counters::flood, "HTTP/2 connections closed for a frame flood"},
+};
+
 void add_histogram(LatencyHistogram& dst, const LatencyHistogram& src) {
   for (int i = 0; i < LatencyHistogram::kBuckets; ++i) dst.buckets[i] += src.buckets[i];
   dst.count += src.count;
@@ -63,6 +86,7 @@ void add_core(CoreStats& dst, const CoreStats& src) {
   dst.tls.sessions_reused += src.tls.sessions_reused;
   dst.tls.plain_http += src.tls.plain_http;
   dst.tls.handshakes_waiting += src.tls.handshakes_waiting;
+  for (const Http2Field& f : kHttp2Fields) dst.http2.*f.member += src.http2.*f.member;
   if (src.start_time_s != 0 && (dst.start_time_s == 0 || src.start_time_s < dst.start_time_s)) {
     dst.start_time_s = src.start_time_s;
   }
@@ -233,8 +257,11 @@ void json_body(std::string& out, const CoreStats& c) {
                   ",\"bytes\":", c.shared_buffer_bytes, "},\"tls\":{\"handshakes\":", c.tls.handshakes,
                   ",\"handshakes_failed\":", c.tls.handshakes_failed, ",\"sessions_reused\":",
                   c.tls.sessions_reused, ",\"plain_http\":", c.tls.plain_http, ",\"handshakes_waiting\":",
-                  c.tls.handshakes_waiting, "},\"loop_iterations\":", c.loop_iterations,
-                  ",\"disk_queues\":[");
+                  c.tls.handshakes_waiting, "},\"http2\":{");
+  for (const Http2Field& f : kHttp2Fields) {
+    absl::StrAppend(&out, &f == kHttp2Fields ? "\"" : ",\"", av(f.name), "\":", c.http2.*f.member);
+  }
+  absl::StrAppend(&out, "},\"loop_iterations\":", c.loop_iterations, ",\"disk_queues\":[");
   bool first = true;
   for (const DiskQueueStats& q : c.disk) {
     if (!first) out.push_back(',');
@@ -327,6 +354,9 @@ std::string render_text(const Snapshot& s) {
                   "\n");
   absl::StrAppend(&out, "tls handshakes ", t.tls.handshakes, " failed ", t.tls.handshakes_failed, " reused ",
                   t.tls.sessions_reused, " plain_http ", t.tls.plain_http, " waiting ", t.tls.handshakes_waiting, "\n");
+  out += "http2";
+  for (const Http2Field& f : kHttp2Fields) absl::StrAppend(&out, " ", av(f.name), " ", t.http2.*f.member);
+  out += "\n";
   for (const DiskQueueStats& q : t.disk) {
     absl::StrAppend(&out, "disk_queue ", q.name, " submitted ", q.submitted, " inline ", q.inline_done,
                     " completed ", q.completed, " in_flight ", q.in_flight, " waiting ", q.waiting, " overflows ",
@@ -457,6 +487,11 @@ std::string render_prometheus(const Snapshot& s) {
                    [](const CoreStats& c) { return c.tls.plain_http; });
   prom_core_family(out, s, "tls_handshakes_waiting", "TLS handshakes waiting for a certificate", "gauge",
                    [](const CoreStats& c) { return c.tls.handshakes_waiting; });
+  for (const Http2Field& f : kHttp2Fields) {
+    const uint64_t Http2Counters::*m = f.member;
+    prom_core_family(out, s, absl::StrCat("http2_", av(f.name), f.gauge ? "" : "_total"), f.help,
+                     f.gauge ? "gauge" : "counter", [m](const CoreStats& c) { return c.http2.*m; });
+  }
   prom_core_family(out, s, "loop_iterations_total", "Event loop iterations", "counter",
                    [](const CoreStats& c) { return c.loop_iterations; });
 

@@ -210,7 +210,7 @@ int ticket_key_cb(SSL* ssl, unsigned char* name, unsigned char* iv, EVP_CIPHER_C
 }
 
 // ALPN (RFC 7301): the protocols of the server the ClientHello chose (ServerConf::alpn: h2 first where
-// HTTP/2 is on, then http/1.1), in the server's order; a client that offers none of them is refused, as nginx
+// HTTP/2 is on, then http/1.1) or of a `listen ... http2` socket, in the server's order; a client that offers none of them is refused, as nginx
 // does. Runs after the ClientHello callback.
 int alpn_select(SSL* ssl, const unsigned char** out, unsigned char* outlen, const unsigned char* in, unsigned inlen,
                 void*) {
@@ -220,7 +220,9 @@ int alpn_select(SSL* ssl, const unsigned char** out, unsigned char* outlen, cons
                                   : listen != nullptr                    ? listen->default_server
                                                                          : nullptr;
   static const std::string kHttp11("\x08http/1.1", 9);
-  const std::string& protos = srv != nullptr ? srv->alpn : kHttp11;
+  static const std::string kH2First("\x02h2\x08http/1.1", 12);
+  // `listen ... http2` offers h2 for every server on the address (nginx's older form of `http2 on`).
+  const std::string& protos = listen != nullptr && listen->conf.http2 ? kH2First : srv != nullptr ? srv->alpn : kHttp11;
   unsigned char* sel = nullptr;
   if (SSL_select_next_proto(&sel, outlen, reinterpret_cast<const unsigned char*>(protos.data()),
                             static_cast<unsigned>(protos.size()), in, inlen) != OPENSSL_NPN_NEGOTIATED) {

@@ -86,6 +86,9 @@ struct TwoCores {
     c0.ofc_misses = 2;
     c0.ofc_entries = 2;
     c0.loop_iterations = 100;
+    c0.http2.streams = 7;
+    c0.http2.streams_active = 2;
+    c0.http2.goaway_enhance_your_calm = 1;
     c0.start_time_s = 1000;
     c0.disk.resize(2);
     c0.disk[0].name = "default";
@@ -206,6 +209,8 @@ TEST(StatsExport, TextStartsWithStubStatusAndIsExact) {
       "responses 1xx 1 2xx 24 3xx 3 4xx 2 5xx 1 other 1\n"
       "open_file_cache hits 6 misses 3 entries 3\n"
       "tls handshakes 0 failed 0 reused 0 plain_http 0 waiting 0\n"
+      "http2 connections 0 streams 7 streams_active 2 rst_received 0 rst_sent 0 goaway_no_error 0 "
+      "goaway_protocol_error 0 goaway_enhance_your_calm 1 goaway_other 0 rapid_reset 0 flood 0\n"
       "disk_queue default submitted 14 inline 11 completed 3 in_flight 0 waiting 0 overflows 0 errors 0 "
       "latency_us p50 128 p90 8192 p99 8192 count 3 sum 5110\n"
       "disk_queue slow submitted 1 inline 0 completed 0 in_flight 1 waiting 0 overflows 2 errors 0 "
@@ -280,8 +285,8 @@ print(sorted(e.keys()), e["dpdk_port"][0]["name"], e["dpdk_port"][0]["type"], e[
 print(e["proxy_cache"][0]["value"], e["proxy_cache"][0]["type"], e["proxy_cache"][0]["labels"])
 )PY");
   std::string expected = absl::StrCat(
-      "['bytes', 'connections', 'cores', 'disk_queues', 'extra', 'info', 'loop_iterations', 'open_file_cache', "
-      "'requests', 'responses', 'shared_buffers', 'time_s', 'tls', 'uptime_s', 'version']\n",
+      "['bytes', 'connections', 'cores', 'disk_queues', 'extra', 'http2', 'info', 'loop_iterations', "
+      "'open_file_cache', 'requests', 'responses', 'shared_buffers', 'time_s', 'tls', 'uptime_s', 'version']\n",
       KOSOKU_VERSION, " 2000 1010\n",
       "5 1 2 2 16 15 1\n"
       "32 1500 27000 150\n"
@@ -373,6 +378,11 @@ TEST(StatsExport, PrometheusExpositionIsValidAndExact) {
   EXPECT_TRUE(has("kosoku_http_responses_total{core=\"1\",code=\"other\"} 1"));
   EXPECT_TRUE(has("kosoku_sent_bytes_total{core=\"0\"} 20000"));
   EXPECT_TRUE(has("kosoku_open_file_cache_entries{core=\"1\"} 1"));
+  EXPECT_TRUE(has("# TYPE kosoku_http2_streams_total counter"));
+  EXPECT_TRUE(has("kosoku_http2_streams_total{core=\"0\"} 7"));
+  EXPECT_TRUE(has("# TYPE kosoku_http2_streams_active gauge"));
+  EXPECT_TRUE(has("kosoku_http2_streams_active{core=\"0\"} 2"));
+  EXPECT_TRUE(has("kosoku_http2_goaway_enhance_your_calm_total{core=\"1\"} 0"));
   EXPECT_TRUE(has("kosoku_disk_queue_submitted_total{core=\"0\",queue=\"default\"} 10"));
   EXPECT_TRUE(has("kosoku_disk_queue_overflows_total{core=\"0\",queue=\"slow\"} 2"));
   EXPECT_TRUE(has("kosoku_disk_queue_in_flight{core=\"0\",queue=\"slow\"} 1"));
