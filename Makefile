@@ -78,6 +78,8 @@ fuzz-soak: build-fuzz
 integration: build build-asan
 	KOSOKU_BIN=$(BUILD)/release/kosoku $(PYTHON) -m pytest -q tests/integration
 	KOSOKU_BIN=$(BUILD)/asan/kosoku KOSOKU_SANITIZED=1 $(PYTHON) -m pytest -q -x tests/integration -k "conformance or engine"
+	KOSOKU_BIN=$(BUILD)/asan/kosoku KOSOKU_SANITIZED=1 $(PYTHON) -m pytest -q -x tests/integration/test_http2.py \
+	  tests/integration/test_http2_attacks.py
 
 test: unit fuzz integration
 
