@@ -663,3 +663,13 @@ def stop_server(srv: sut.ServerProcess) -> None:
     assert alive, "server died during the module\n" + srv.diagnostics()
     if sut.SUT == "kosoku":
         assert rc == 0, f"kosoku exited with {rc}\n" + srv.diagnostics()
+
+
+def fail_if_died(request, fixture: str) -> None:
+    """After a test: fails it when the module's server (fixture `fixture`, with a `.server`) is no longer running."""
+    import pytest
+
+    if fixture in request.fixturenames:
+        e = request.getfixturevalue(fixture)
+        if not e.server.alive():
+            pytest.fail(f"{e.server.kind} died during this test\n" + e.server.diagnostics(), pytrace=False)

@@ -155,10 +155,7 @@ def h2(site):
 @pytest.fixture(autouse=True)
 def _alive(request):
     yield
-    if "h2" in request.fixturenames:
-        e = request.getfixturevalue("h2")
-        if not e.server.alive():
-            pytest.fail(f"{e.server.kind} died during this test\n" + e.server.diagnostics(), pytrace=False)
+    H.fail_if_died(request, "h2")
 
 
 TRANSPORTS = ["tls", "h2c"]

@@ -98,10 +98,7 @@ def bystander(env):
 @pytest.fixture(autouse=True)
 def _alive(request):
     yield
-    if "env" in request.fixturenames:
-        e = request.getfixturevalue("env")
-        if not e.server.alive():
-            pytest.fail(f"{e.server.kind} died during this test\n" + e.server.diagnostics(), pytrace=False)
+    H.fail_if_died(request, "env")
 
 
 def assert_serving(env: Env, bystander: H2Raw | None = None) -> None:
