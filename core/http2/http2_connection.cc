@@ -68,6 +68,7 @@ bool Http2Connection::start() {
   nghttp2_session_callbacks_set_on_header_callback(cb, &on_header);
   nghttp2_session_callbacks_set_on_frame_recv_callback(cb, &on_frame_recv);
   nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cb, &on_data_chunk);
+  nghttp2_session_callbacks_set_before_frame_send_callback(cb, &before_frame_send);
   nghttp2_session_callbacks_set_on_frame_send_callback(cb, &on_frame_send);
   nghttp2_session_callbacks_set_on_stream_close_callback(cb, &on_stream_close);
   nghttp2_session_callbacks_set_on_invalid_frame_recv_callback(cb, &on_invalid_frame);
@@ -131,6 +132,12 @@ void Http2Connection::on_peer_closed(net::Stream&) {
   // No more frames can come: what is in flight is answered (a client that half-closes after its requests
   // still gets them), then the connection closes.
   peer_closed_ = true;
+  // A request whose header block is still incomplete can never be served: its stream goes.
+  for (Http2Request* r = requests_head_; r != nullptr; r = r->next_) {
+    if (!r->head_done_ && !r->stream_closed_ && session_ != nullptr) {
+      nghttp2_submit_rst_stream(session_, NGHTTP2_FLAG_NONE, r->id_, NGHTTP2_CANCEL);
+    }
+  }
   process();
 }
 
@@ -179,10 +186,10 @@ void Http2Connection::process() {
     run_events();
     if (stream_ == nullptr) break;
     send();
-    if (!events_ && ready_.empty()) break;
+    if (!events_ && ready_.empty() && !more_input_) break;
   }
   if (stream_ != nullptr) {
-    if (events_ || !ready_.empty()) schedule();
+    if (events_ || !ready_.empty() || more_input_) schedule();
     // Done: every stream answered and nothing more can come (GOAWAY sent or the peer closed its side).
     const bool done = nghttp2_session_want_read(session_) == 0 && nghttp2_session_want_write(session_) == 0;
     if ((done || ((peer_closed_ || goaway_sent_) && requests_count_ == 0 && requests_head_ == nullptr)) &&
@@ -199,6 +206,7 @@ void Http2Connection::process() {
 }
 
 void Http2Connection::receive() {
+  more_input_ = false;
   if (goaway_sent_ && closing_) {
     stream_->consume(stream_->input().size());  // after a fatal GOAWAY nothing the peer sends matters
     return;
@@ -230,7 +238,7 @@ void Http2Connection::receive() {
     return;
   }
   stream_->consume(static_cast<size_t>(rv));
-  if (stream_->input().size() > 0) events_ = true;  // the rest on the next round or loop turn
+  more_input_ = !stream_->input().empty();  // the rest on the next round or loop turn
 }
 
 void Http2Connection::send() {
@@ -300,7 +308,7 @@ void Http2Connection::reap() {
 
 void Http2Connection::terminate(uint32_t code, const char* why) {
   if (why != nullptr) KOSOKU_LOG(kInfo, "%s, client: %s", why, remote_addr());
-  if (session_ != nullptr && !closing_) nghttp2_session_terminate_session(session_, code);
+  if (session_ != nullptr && !closing_) nghttp2_session_terminate_session2(session_, goaway_last_id(), code);
   goaway_sent_ = true;
   closing_ = true;
 }
@@ -343,8 +351,7 @@ void Http2Connection::fire() {
   if (requests_count_ == 0) {
     // Idle: a graceful GOAWAY, then the close once it is out.
     if (!goaway_sent_) {
-      nghttp2_submit_goaway(session_, NGHTTP2_FLAG_NONE, nghttp2_session_get_last_proc_stream_id(session_),
-                            NGHTTP2_NO_ERROR, nullptr, 0);
+      nghttp2_submit_goaway(session_, NGHTTP2_FLAG_NONE, goaway_last_id(), NGHTTP2_NO_ERROR, nullptr, 0);
       goaway_sent_ = true;
     }
     closing_ = true;
@@ -355,8 +362,7 @@ void Http2Connection::fire() {
 void Http2Connection::shutdown_if_idle() {
   if (stream_ == nullptr || goaway_sent_) return;
   // RFC 9113 §6.8: the last stream id taken; the streams up to it are answered, none is opened after.
-  nghttp2_submit_goaway(session_, NGHTTP2_FLAG_NONE, nghttp2_session_get_last_proc_stream_id(session_),
-                        NGHTTP2_NO_ERROR, nullptr, 0);
+  nghttp2_submit_goaway(session_, NGHTTP2_FLAG_NONE, goaway_last_id(), NGHTTP2_NO_ERROR, nullptr, 0);
   goaway_sent_ = true;
   schedule();
 }
@@ -480,10 +486,13 @@ int Http2Connection::on_begin_headers(nghttp2_session* session, const nghttp2_fr
   ++c->counters_.streams;
   ++c->counters_.streams_active;
   nghttp2_session_set_stream_user_data(session, frame->hd.stream_id, r);
+  // The header block must be complete within client_header_timeout (no other frame may come meanwhile).
+  r->arm(Http2Request::TimerRole::kHead, c->listen_.default_server->client_header_timeout_ms);
   // keepalive_requests (nginx >= 1.19.7 for HTTP/2 too): this stream is served, then the connection ends.
   if (c->requests_ >= c->listen_.default_server->base.keepalive_requests && !c->goaway_sent_) {
     nghttp2_submit_goaway(session, NGHTTP2_FLAG_NONE, frame->hd.stream_id, NGHTTP2_NO_ERROR, nullptr, 0);
     c->goaway_sent_ = true;
+    c->goaway_last_ = frame->hd.stream_id;
   }
   return 0;
 }
@@ -514,6 +523,8 @@ int Http2Connection::on_frame_recv(nghttp2_session* session, const nghttp2_frame
         }
         return 0;
       }
+      r->head_done_ = true;
+      r->arm(Http2Request::TimerRole::kNone, 0);
       r->reject_status_ = r->complete_head(end_stream);
       c->ready_.push_back(r);
       return 0;
@@ -574,6 +585,28 @@ int Http2Connection::on_data_chunk(nghttp2_session*, uint8_t, int32_t id, const 
   return 0;
 }
 
+int Http2Connection::before_frame_send(nghttp2_session*, const nghttp2_frame* frame, void* p) {
+  Http2Connection* c = self(p);
+  if (frame->hd.type != NGHTTP2_GOAWAY || frame->goaway.last_stream_id <= c->goaway_last_ || c->stream_ == nullptr) {
+    return 0;
+  }
+  // libnghttp2's own GOAWAY for a connection error after one of ours names the streams the session took since:
+  // ours goes instead, with our last stream id and its error code (RFC 9113 §6.8: the value never increases).
+  const uint32_t last = static_cast<uint32_t>(c->goaway_last_), code = frame->goaway.error_code;
+  const unsigned char goaway[17] = {0, 0, 8, NGHTTP2_GOAWAY, 0, 0, 0, 0, 0,
+                                    static_cast<unsigned char>(last >> 24), static_cast<unsigned char>(last >> 16),
+                                    static_cast<unsigned char>(last >> 8), static_cast<unsigned char>(last),
+                                    static_cast<unsigned char>(code >> 24), static_cast<unsigned char>(code >> 16),
+                                    static_cast<unsigned char>(code >> 8), static_cast<unsigned char>(code)};
+  c->stream_->write(std::string_view(reinterpret_cast<const char*>(goaway), sizeof(goaway)));
+  c->committed_ += sizeof(goaway);
+  nghttp2_frame ours = *frame;
+  ours.goaway.last_stream_id = c->goaway_last_;
+  on_frame_send(nullptr, &ours, p);  // counted and logged as sent
+  c->closing_ = true;
+  return NGHTTP2_ERR_CANCEL;
+}
+
 int Http2Connection::on_frame_send(nghttp2_session*, const nghttp2_frame* frame, void* p) {
   Http2Connection* c = self(p);
   if ((frame->hd.type == NGHTTP2_HEADERS || frame->hd.type == NGHTTP2_DATA) &&
@@ -600,6 +633,7 @@ int Http2Connection::on_frame_send(nghttp2_session*, const nghttp2_frame* frame,
     }
   } else if (frame->hd.type == NGHTTP2_GOAWAY) {
     c->goaway_sent_ = true;
+    c->goaway_last_ = std::min(c->goaway_last_, frame->goaway.last_stream_id);
     switch (frame->goaway.error_code) {
       case NGHTTP2_NO_ERROR:
         ++c->counters_.goaway_no_error;

@@ -16,6 +16,7 @@
 
 #include <nghttp2/nghttp2.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <memory>
@@ -69,15 +70,15 @@ class Http2Request final : public http::HttpRequest, public reactor::Timer {
   void read_body(http::BodySink* sink) override;
   void pause_body(bool paused) override;
 
-  // ---- Timer: client_body_timeout while the body is awaited, send_timeout while the client's window holds
-  // the response back.
+  // ---- Timer: client_header_timeout while the header block arrives, client_body_timeout while the body is
+  // awaited, send_timeout while the client's window holds the response back.
   void fire() override;
 
   int32_t id() const { return id_; }
 
  private:
   friend class Http2Connection;
-  enum class TimerRole : uint8_t { kNone, kBody, kSend };
+  enum class TimerRole : uint8_t { kNone, kHead, kBody, kSend };
 
   int discard_available_body() override;
 
@@ -135,6 +136,7 @@ class Http2Request final : public http::HttpRequest, public reactor::Timer {
   uint64_t drain_left_ = 0;      // after the response: body bytes still dropped before RST_STREAM NO_ERROR
 
   // Life.
+  bool head_done_ = false;    // the header block is complete (END_HEADERS)
   bool phases_run_ = false;   // the head was complete and the phases started
   int reject_status_ = 0;     // the head is answered with this status instead (complete_head)
   bool finished_ = false;     // finish() ran
@@ -199,6 +201,11 @@ class Http2Connection final : public net::StreamHandler,
   void terminate(uint32_t code, const char* why);
   void close(net::Stream::Close how);
   void arm_timer();
+  /// The last stream id a GOAWAY may carry: the last one the session took, never more than an earlier
+  /// GOAWAY's (RFC 9113 §6.8: the value never increases).
+  int32_t goaway_last_id() const {
+    return std::min(goaway_last_, nghttp2_session_get_last_proc_stream_id(session_));
+  }
   void schedule() {
     if (!destroying_) core_.reactor->post(this);
   }
@@ -226,6 +233,7 @@ class Http2Connection final : public net::StreamHandler,
                        const uint8_t* value, size_t valuelen, uint8_t flags, void* conn);
   static int on_frame_recv(nghttp2_session*, const nghttp2_frame* frame, void* conn);
   static int on_data_chunk(nghttp2_session*, uint8_t flags, int32_t id, const uint8_t* data, size_t len, void* conn);
+  static int before_frame_send(nghttp2_session*, const nghttp2_frame* frame, void* conn);
   static int on_frame_send(nghttp2_session*, const nghttp2_frame* frame, void* conn);
   static int on_stream_close(nghttp2_session*, int32_t id, uint32_t error_code, void* conn);
   static int on_invalid_frame(nghttp2_session*, const nghttp2_frame* frame, int lib_error, void* conn);
@@ -244,8 +252,10 @@ class Http2Connection final : public net::StreamHandler,
   uint16_t server_port_ = 0;
   bool secure_ = false;
   bool in_callback_ = false;  // inside the session (recv or send): handlers are not called
+  bool more_input_ = false;   // input is left for the next read step (http2_recv_buffer_size)
   bool in_process_ = false;
   bool goaway_sent_ = false;  // no new stream is taken
+  int32_t goaway_last_ = 0x7fffffff;  // the lowest last stream id a GOAWAY of ours carried
   bool closing_ = false;      // close once the GOAWAY (and what is queued) is out
   bool peer_closed_ = false;
   bool dead_ = false;         // the stream is gone: delete once no request holds the connection

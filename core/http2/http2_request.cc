@@ -418,7 +418,12 @@ void Http2Request::fire() {
   const TimerRole role = timer_role_;
   timer_role_ = TimerRole::kNone;
   if (stream_closed_) return;
-  if (role == TimerRole::kBody && drain_left_ > 0) {
+  if (role == TimerRole::kHead) {
+    // The header block stopped midway: nothing else can come on the connection until it ends (RFC 9113 §6.10).
+    KOSOKU_LOG(kInfo, "client timed out (110: Connection timed out) while reading client request headers, "
+               "client: %s", conn_.remote_addr());
+    conn_.terminate(NGHTTP2_NO_ERROR, nullptr);
+  } else if (role == TimerRole::kBody && drain_left_ > 0) {
     // The response is out and the rest of the body did not come within client_body_timeout.
     drain_left_ = 0;
     if (conn_.session_ != nullptr) nghttp2_submit_rst_stream(conn_.session_, NGHTTP2_FLAG_NONE, id_, NGHTTP2_NO_ERROR);
