@@ -198,11 +198,25 @@ void Http2Connection::process() {
     } else if (closing_ && nghttp2_session_want_write(session_) == 0) {
       close(net::Stream::Close::kGraceful);
     } else {
-      stream_->flush();
+      flush();
       arm_timer();
     }
   }
   in_process_ = false;
+}
+
+void Http2Connection::flush() {
+  stream_->flush();
+  // The stream may take what was written at once (kosoku's TCP moves it into its send buffer, the TLS layer
+  // encrypts on flush) without a later on_writable: whatever waited for that room goes on from the loop.
+  bool again = blocked_ && stream_->pending_output() <= kHighWater;
+  for (Http2Request* r = requests_head_; r != nullptr && !again; r = r->next_) {
+    again = r->above_low_ && !r->finished_ && !r->stream_closed_ && r->pending_output() <= r->low_water_;
+  }
+  if (again) {
+    events_ = true;
+    schedule();
+  }
 }
 
 void Http2Connection::receive() {
@@ -242,7 +256,12 @@ void Http2Connection::receive() {
 }
 
 void Http2Connection::send() {
-  if (stream_ == nullptr || stream_->pending_output() > kHighWater) return;
+  blocked_ = false;
+  if (stream_ == nullptr) return;
+  if (stream_->pending_output() > kHighWater) {
+    blocked_ = true;
+    return;
+  }
   in_callback_ = true;
   const int rv = nghttp2_session_send(session_);
   in_callback_ = false;
@@ -431,7 +450,10 @@ Http2Request* Http2Connection::request_of(int32_t id) const {
 ssize_t Http2Connection::on_send(nghttp2_session*, const uint8_t* data, size_t len, int, void* p) {
   Http2Connection* c = self(p);
   if (c->stream_ == nullptr) return NGHTTP2_ERR_CALLBACK_FAILURE;
-  if (c->stream_->pending_output() > kHighWater) return NGHTTP2_ERR_WOULDBLOCK;
+  if (c->stream_->pending_output() > kHighWater) {
+    c->blocked_ = true;
+    return NGHTTP2_ERR_WOULDBLOCK;
+  }
   c->stream_->write(std::string_view(reinterpret_cast<const char*>(data), len));
   c->committed_ += len;
   return static_cast<ssize_t>(len);
@@ -441,7 +463,10 @@ int Http2Connection::on_send_data(nghttp2_session*, nghttp2_frame* frame, const 
                                   nghttp2_data_source* src, void* p) {
   Http2Connection* c = self(p);
   if (c->stream_ == nullptr) return NGHTTP2_ERR_CALLBACK_FAILURE;
-  if (c->stream_->pending_output() > kHighWater) return NGHTTP2_ERR_WOULDBLOCK;
+  if (c->stream_->pending_output() > kHighWater) {
+    c->blocked_ = true;
+    return NGHTTP2_ERR_WOULDBLOCK;
+  }
   auto* r = static_cast<Http2Request*>(src->ptr);
   r->send_data(framehd, length);
   c->payload_bytes_ += length;

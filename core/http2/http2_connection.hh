@@ -195,6 +195,8 @@ class Http2Connection final : public net::StreamHandler,
   void send();
   /// What the callbacks recorded: request heads to run, bodies to deliver, aborts to tell, requests to free.
   void run_events();
+  /// Flushes the stream; when it took the output at once, the work that waited for room is posted.
+  void flush();
   void reap();
   /// Ends the connection with a GOAWAY carrying `code` (RFC 9113 §7), counted; the stream closes once the
   /// GOAWAY is sent.
@@ -253,6 +255,7 @@ class Http2Connection final : public net::StreamHandler,
   bool secure_ = false;
   bool in_callback_ = false;  // inside the session (recv or send): handlers are not called
   bool more_input_ = false;   // input is left for the next read step (http2_recv_buffer_size)
+  bool blocked_ = false;      // the last send step stopped at the stream's high-water mark
   bool in_process_ = false;
   bool goaway_sent_ = false;  // no new stream is taken
   int32_t goaway_last_ = 0x7fffffff;  // the lowest last stream id a GOAWAY of ours carried

@@ -245,6 +245,9 @@ http {{
 
 
 TLS_PORT = 8443
+# HTTP/2 (`http2 on;`, core/http2/): one server with a cleartext listener (prior-knowledge h2c, HTTP/1.1 for
+# other clients) and a TLS one (ALPN h2, http/1.1). TLS_PORT's server has no http2: its ALPN offers http/1.1 only.
+H2C_PORT, H2_TLS_PORT = 8081, 8444
 
 
 def _self_signed(base: Path) -> tuple[Path, Path]:
@@ -261,7 +264,9 @@ def rig(tmp_path_factory, request):
     base = tmp_path_factory.mktemp("dpdk-tap")
     cert, key = _self_signed(base)
     tls_server = (f"    server {{ listen {TLS_PORT} ssl; ssl_certificate {cert}; ssl_certificate_key {key};\n"
-                  f"        root {base}/www; }}")
+                  f"        root {base}/www; }}\n"
+                  f"    server {{ listen {H2C_PORT}; listen {H2_TLS_PORT} ssl; http2 on;\n"
+                  f"        ssl_certificate {cert}; ssl_certificate_key {key}; root {base}/www; }}")
     r = TapRig(base, 40 + os.getpid() % 50, server_extra="        location = /status { status; }",
                http_extra=tls_server)
     r.start()
@@ -358,6 +363,66 @@ def test_https_through_kosoku_tcp_byte_exact(rig):
     again = rig.ns_run("openssl", "s_client", "-connect", f"{rig.addr}:{TLS_PORT}", "-servername", "tap.test",
                        "-sess_in", str(sess), "-ign_eof", input="GET /missing HTTP/1.0\r\n\r\n")
     assert "Reused, TLSv1.3" in again.stdout, again.stdout[-800:]
+
+
+def _curl_h2(rig: TapRig, url_base: str, names: tuple[str, ...], *flags: str) -> list[tuple[str, str, str]]:
+    """One curl run fetching `names` from `url_base` on one connection (the later requests reuse it: HTTP/2
+    streams one after the other) → per file (%{http_version}, %{num_connects}, sha256 of the body)."""
+    args = ["curl", "-sS", "--fail", "-k", "-m", "60", *flags, "-w", "%{http_version} %{num_connects}\\n"]
+    outs = [rig.base / f"h2-{i}-{name}" for i, name in enumerate(names)]
+    for name, out in zip(names, outs):
+        args += ["-o", str(out), f"{url_base}/{name}"]
+    r = rig.ns_run(*args, check=False, timeout=70)
+    assert r.returncode == 0, (r.returncode, r.stdout, r.stderr)
+    got = []
+    for line, out in zip(r.stdout.splitlines(), outs):
+        version, connects = line.split()
+        got.append((version, connects, hashlib.sha256(out.read_bytes()).hexdigest()))
+        out.unlink()
+    assert len(got) == len(names), r.stdout
+    return got
+
+
+H2_FILES = ("1k.bin", "1m.bin", "32m.bin")
+
+
+def test_http2_prior_knowledge_cleartext_through_kosoku_tcp(rig):
+    """h2c (prior knowledge, RFC 9113 §3.3) over kosoku's own TCP: 1 KiB, 1 MiB and 32 MiB byte-exact; the same
+    port still serves HTTP/1.1 to a client that does not start with the preface. One curl per file: Debian's
+    curl 7.88.1 cannot reuse a prior-knowledge connection (its second transfer fails at once with "Error in the
+    HTTP2 framing layer" before sending anything, against nginx too: curl issue 10634, fixed in 8.0); several
+    streams on one h2c connection are h2load's part below."""
+    for name in H2_FILES:
+        got = _curl_h2(rig, f"http://{rig.addr}:{H2C_PORT}", (name,), "--http2-prior-knowledge")
+        assert got == [("2", "1", rig.digests[name])], (name, got)
+    r = rig.ns_run("curl", "-sS", "--fail", "-m", "20", "-o", "/dev/null", "-w", "%{http_version} %{http_code}",
+                   f"http://{rig.addr}:{H2C_PORT}/1k.bin")
+    assert r.stdout == "1.1 200", r.stdout
+
+
+def test_http2_over_tls_alpn_through_kosoku_tcp(rig):
+    """h2 over TLS (ALPN, RFC 9113 §3.2) over kosoku's own TCP: 1 KiB to 32 MiB byte-exact as streams of one
+    connection (curl's windows: 32 MiB per stream, so nothing but kosoku paces the bodies); the TLS server
+    without http2 answers the same client over HTTP/1.1 (its ALPN offers only http/1.1)."""
+    got = _curl_h2(rig, f"https://{rig.addr}:{H2_TLS_PORT}", H2_FILES, "--http2")
+    assert got == [("2", "1" if i == 0 else "0", rig.digests[n]) for i, n in enumerate(H2_FILES)], got
+    r = rig.ns_run("curl", "-sS", "--fail", "-k", "--http2", "-m", "20", "-o", "/dev/null",
+                   "-w", "%{http_version} %{http_code}", f"https://{rig.addr}:{TLS_PORT}/1k.bin")
+    assert r.stdout == "1.1 200", r.stdout
+
+
+@pytest.mark.parametrize("scheme", ["h2c", "h2"])
+def test_http2_h2load_multiplexed_through_kosoku_tcp(rig, scheme):
+    """h2load: 500 requests on 4 connections with up to 10 concurrent streams each (cleartext prior knowledge or
+    TLS with ALPN h2): every one answered 200."""
+    url = (f"http://{rig.addr}:{H2C_PORT}/1k.bin" if scheme == "h2c" else
+           f"https://{rig.addr}:{H2_TLS_PORT}/1k.bin")
+    r = rig.ns_run("h2load", "-n", "500", "-c", "4", "-m", "10", url, check=False, timeout=120)
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out
+    assert f"Application protocol: {scheme}\n" in out, out
+    assert "requests: 500 total, 500 started, 500 done, 500 succeeded, 0 failed, 0 errored, 0 timeout" in out, out
+    assert "status codes: 500 2xx, 0 3xx, 0 4xx, 0 5xx" in out, out
 
 
 def test_byte_exact_wget(rig):
