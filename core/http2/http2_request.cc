@@ -261,7 +261,9 @@ void Http2Request::send_data(const uint8_t* framehd, size_t length) {
   for (net::OutBlock* b = out_.head(); b != nullptr && left > 0; b = b->next) {
     const size_t k = std::min(left, b->size());
     const char* p = b->bytes() + b->begin;
-    if (b->copied()) {
+    // The TLS layer copies every byte into a record anyway: the frame's bytes go into its buffer at once
+    // (one copy, no block per piece) instead of being gathered from references there.
+    if (b->copied() || conn_.secure_) {
       s.write(std::string_view(p, k));
     } else if (b->shared != nullptr) {
       s.write_shared(*b->shared, p, k);
