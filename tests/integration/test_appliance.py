@@ -12,7 +12,8 @@ user-network port forward and the console:
     they grew by at least the packets those requests take;
   - the same pages over HTTPS (`listen 443 ssl` with the self-signed default certificate build-image generated
     for the test config, verified against the copy in the image directory, for the name "kosoku"; on DPDK
-    through kosoku's own TCP stack), `$ssl_protocol` TLSv1.3;
+    through kosoku's own TCP stack), `$ssl_protocol` TLSv1.3; then two of them over HTTP/2 (`http2 on;`,
+    `curl --http2`: ALPN h2, one connection) on the same boot;
   - `config` prints the SHA-256 of the host's config file and says it matches the flashed digest;
   - the console answers while wrk loads the server (SeaBIOS runs);
   - `poweroff` makes QEMU exit with status 0, after the data disk was unmounted (DPDK image: read-write data
@@ -84,8 +85,10 @@ def record(key: str, value) -> None:
 
 
 TEST_SITE_INDEX = b"<!DOCTYPE html>\n<title>kosoku appliance test</title>\n<p>appliance-boot-test-marker</p>\n"
-# The test config's HTTPS server uses build-image's documented default pair (generated when absent).
+# The test config's HTTPS server uses build-image's documented default pair (generated when absent), and speaks
+# HTTP/2 (`http2 on;`: ALPN h2 on :443, prior-knowledge h2c on :80, HTTP/1.1 for every other client).
 TLS_SERVER = """        listen 443 ssl;
+        http2 on;
         ssl_certificate tls/default.crt;
         ssl_certificate_key tls/default.key;
         location = /tls-info {
@@ -242,6 +245,23 @@ def https_get(port: int, path: str, cafile: Path, timeout: float = 60) -> tuple[
     m = re.search(rb"(?im)^content-length:\s*(\d+)", head)
     assert m and int(m.group(1)) == len(body), (head, len(body))
     return int(head.split(b" ", 2)[1]), body, version
+
+
+def curl_http2(port: int, paths: list[str], cafile: Path, timeout: float = 60) -> list[tuple[str, int, bytes]]:
+    """`curl --http2` GETs of `paths` from 127.0.0.1:port on one connection (ALPN h2, later requests as streams
+    of the first one's connection), the certificate verified against `cafile` for the name "kosoku" →
+    per path (%{http_version}, status, body)."""
+    with tempfile.TemporaryDirectory(prefix="kosoku-h2-") as tmp:
+        outs = [Path(tmp) / f"body{i}" for i in range(len(paths))]
+        cmd = ["curl", "-sS", "--http2", "--cacert", str(cafile), "--resolve", f"kosoku:{port}:127.0.0.1",
+               "-m", str(int(timeout)), "-w", "%{http_version} %{http_code}\\n"]
+        for path, out in zip(paths, outs):
+            cmd += ["-o", str(out), f"https://kosoku:{port}{path}"]
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout + 10)
+        assert r.returncode == 0, (r.returncode, r.stdout, r.stderr)
+        lines = r.stdout.splitlines()
+        assert len(lines) == len(paths), r.stdout
+        return [(v, int(code), out.read_bytes()) for (v, code), out in zip((l.split() for l in lines), outs)]
 
 
 def cpio_entries(initramfs: Path) -> dict[str, tuple[int, bytes]]:
@@ -433,6 +453,11 @@ def test_boot_serve_console_poweroff(built_image, tmp_path, backend, bios):
         assert (status, body, version) == (200, TEST_SITE_INDEX, "TLSv1.3")
         assert https_get(vm.https_port, "/sub/file.txt", cafile)[:2] == (200, b"a file in a subdirectory\n")
         assert https_get(vm.https_port, "/tls-info", cafile)[:2] == (200, b"TLSv1.3 on\n")
+        # HTTP/2 over the same TLS (ALPN h2; on DPDK through kosoku's own TCP): two streams on one connection.
+        t = time.monotonic()
+        assert curl_http2(vm.https_port, ["/", "/tls-info"], cafile) == [("2", 200, TEST_SITE_INDEX),
+                                                                         ("2", 200, b"TLSv1.3 on\n")]
+        times["first_http2_requests_s"] = round(time.monotonic() - t, 2)
         assert http_get(vm.port, "/tls-info")[1] == b" \n"  # plain HTTP: no $ssl_protocol, $https empty
 
         serial = vm.console()
