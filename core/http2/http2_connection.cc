@@ -351,6 +351,11 @@ void Http2Connection::arm_timer() {
   } else if (requests_count_ == 0) {
     ms = conf_.idle_timeout_ms != 0 ? conf_.idle_timeout_ms : listen_.default_server->base.keepalive_timeout_ms;
     if (ms == 0) ms = 1;  // keepalive_timeout 0: close as soon as the connection is idle
+  } else {
+    // A handler waiting for room (on_writable) is looked at again after send_timeout at the latest.
+    for (Http2Request* r = requests_head_; r != nullptr && ms == 0; r = r->next_) {
+      if (r->above_low_ && !r->stream_closed_) ms = listen_.default_server->base.send_timeout_ms;
+    }
   }
   if (ms == 0) {
     core_.reactor->timers().cancel(*t);
@@ -367,15 +372,18 @@ void Http2Connection::fire() {
     close(net::Stream::Close::kAbort);
     return;
   }
-  if (requests_count_ == 0) {
-    // Idle: a graceful GOAWAY, then the close once it is out.
-    if (!goaway_sent_) {
-      nghttp2_submit_goaway(session_, NGHTTP2_FLAG_NONE, goaway_last_id(), NGHTTP2_NO_ERROR, nullptr, 0);
-      goaway_sent_ = true;
-    }
-    closing_ = true;
+  if (requests_count_ > 0) {
+    events_ = true;  // run_events tells the handlers whose pending output fell below their mark
     process();
+    return;
   }
+  // Idle: a graceful GOAWAY, then the close once it is out.
+  if (!goaway_sent_) {
+    nghttp2_submit_goaway(session_, NGHTTP2_FLAG_NONE, goaway_last_id(), NGHTTP2_NO_ERROR, nullptr, 0);
+    goaway_sent_ = true;
+  }
+  closing_ = true;
+  process();
 }
 
 void Http2Connection::shutdown_if_idle() {
