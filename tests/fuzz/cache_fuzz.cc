@@ -12,18 +12,11 @@
 #include "core/cache/cache_store.hh"
 #include "core/cache/freshness.hh"
 #include "core/http/response_parser.hh"
+#include "tests/fuzz/fuzz_check.hh"
 
 namespace {
 
 using namespace kosoku;
-
-#define FUZZ_CHECK(cond)                                                                 \
-  do {                                                                                   \
-    if (!(cond)) {                                                                       \
-      std::fprintf(stderr, "invariant failed: %s (%s:%d)\n", #cond, __FILE__, __LINE__); \
-      std::abort();                                                                      \
-    }                                                                                    \
-  } while (0)
 
 void fuzz_header(std::string_view in) {
   cache::EntryMeta m;

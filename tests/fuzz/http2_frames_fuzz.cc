@@ -60,18 +60,11 @@
 #include "core/rules/rules_core.hh"
 #include "core/rules/shard.hh"
 #include "core/stats/counters.hh"
+#include "tests/fuzz/fuzz_check.hh"
 
 namespace {
 
 using namespace kosoku;
-
-#define FUZZ_CHECK(cond)                                                                 \
-  do {                                                                                   \
-    if (!(cond)) {                                                                       \
-      std::fprintf(stderr, "invariant failed: %s (%s:%d)\n", #cond, __FILE__, __LINE__); \
-      std::abort();                                                                      \
-    }                                                                                    \
-  } while (0)
 
 #define FUZZ_FAIL(...)                                                \
   do {                                                                \

@@ -15,18 +15,11 @@
 #include "core/http/parser.hh"
 #include "core/http/range.hh"
 #include "core/http/uri.hh"
+#include "tests/fuzz/fuzz_check.hh"
 
 namespace {
 
 using namespace kosoku::http;
-
-#define FUZZ_CHECK(cond)                                                             \
-  do {                                                                               \
-    if (!(cond)) {                                                                   \
-      std::fprintf(stderr, "invariant failed: %s (%s:%d)\n", #cond, __FILE__, __LINE__); \
-      std::abort();                                                                  \
-    }                                                                                \
-  } while (0)
 
 bool within(std::string_view inner, std::string_view outer) {
   if (inner.empty()) return true;

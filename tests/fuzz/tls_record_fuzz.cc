@@ -20,18 +20,11 @@
 #include "core/tls/tls_conf.hh"
 #include "core/tls/tls_context.hh"
 #include "core/tls/tls_stream.hh"
+#include "tests/fuzz/fuzz_check.hh"
 
 namespace {
 
 using namespace kosoku;
-
-#define FUZZ_CHECK(cond)                                                                 \
-  do {                                                                                   \
-    if (!(cond)) {                                                                       \
-      std::fprintf(stderr, "invariant failed: %s (%s:%d)\n", #cond, __FILE__, __LINE__); \
-      std::abort();                                                                      \
-    }                                                                                    \
-  } while (0)
 
 // The network side: input is what the fuzzer fed and the layer has not consumed; output is collected.
 class MemStream final : public net::Stream {
