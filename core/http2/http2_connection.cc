@@ -467,7 +467,7 @@ ssize_t Http2Connection::on_send(nghttp2_session*, const uint8_t* data, size_t l
   return static_cast<ssize_t>(len);
 }
 
-int Http2Connection::on_send_data(nghttp2_session*, nghttp2_frame* frame, const uint8_t* framehd, size_t length,
+int Http2Connection::on_send_data(nghttp2_session*, nghttp2_frame*, const uint8_t* framehd, size_t length,
                                   nghttp2_data_source* src, void* p) {
   Http2Connection* c = self(p);
   if (c->stream_ == nullptr) return NGHTTP2_ERR_CALLBACK_FAILURE;
@@ -478,7 +478,6 @@ int Http2Connection::on_send_data(nghttp2_session*, nghttp2_frame* frame, const 
   auto* r = static_cast<Http2Request*>(src->ptr);
   r->send_data(framehd, length);
   c->payload_bytes_ += length;
-  (void)frame;
   return 0;
 }
 
@@ -541,7 +540,7 @@ int Http2Connection::on_header(nghttp2_session*, const nghttp2_frame* frame, con
   return 0;
 }
 
-int Http2Connection::on_frame_recv(nghttp2_session* session, const nghttp2_frame* frame, void* p) {
+int Http2Connection::on_frame_recv(nghttp2_session*, const nghttp2_frame* frame, void* p) {
   Http2Connection* c = self(p);
   const bool end_stream = (frame->hd.flags & NGHTTP2_FLAG_END_STREAM) != 0;
   switch (frame->hd.type) {
@@ -595,7 +594,6 @@ int Http2Connection::on_frame_recv(nghttp2_session* session, const nghttp2_frame
     default:
       return 0;
   }
-  (void)session;
 }
 
 int Http2Connection::on_data_chunk(nghttp2_session*, uint8_t, int32_t id, const uint8_t* data, size_t len, void* p) {

@@ -28,6 +28,7 @@
 #include "core/http2/http2_conf.hh"
 #include "core/http2/http2_connection.hh"
 #include "core/http2/http2_module.hh"
+#include "core/net/alpn.hh"
 
 namespace kosoku::http2 {
 
@@ -107,9 +108,8 @@ constexpr DirectiveSpec kHttp2Directives[] = {
 // Which servers offer h2 in ALPN: those with `http2 on` (a `listen ... http2` socket offers it for every
 // server on it: the TLS module reads ListenConf::http2).
 bool finalize(Builder& b) {
-  static const std::string kH2First("\x02h2\x08http/1.1", 12);
   for (const std::unique_ptr<ServerConf>& srv : b.main->http.servers) {
-    if (srv->module<Http2SrvConf>().enable) srv->alpn = kH2First;
+    if (srv->module<Http2SrvConf>().enable) srv->alpn = net::kAlpnH2Http11;
   }
   return true;
 }

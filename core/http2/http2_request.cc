@@ -383,7 +383,10 @@ void Http2Request::deliver_body() {
       chunk.swap(body_in_);
       sink_->on_body_data(chunk);  // may pause, answer or finish
       conn_.consume(id_, chunk.size());
-      if (body_in_.empty()) body_in_.swap(chunk), body_in_.clear();  // keeps the buffer for the next DATA
+      if (body_in_.empty()) {  // nothing came meanwhile: the buffer is kept for the next DATA
+        chunk.clear();
+        body_in_.swap(chunk);
+      }
       continue;
     }
     if (body_end_) {

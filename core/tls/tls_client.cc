@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/tls/tls_context.hh"
+#include "core/net/alpn.hh"
 
 namespace kosoku::tls {
 
@@ -63,8 +64,8 @@ SSL_CTX* TlsClient::new_client_ctx(const ClientConf& c, std::string* err) {
   } else {
     SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_OFF);
   }
-  static const unsigned char kAlpn[] = "\x08http/1.1";
-  SSL_CTX_set_alpn_protos(ctx, kAlpn, sizeof(kAlpn) - 1);
+  SSL_CTX_set_alpn_protos(ctx, reinterpret_cast<const unsigned char*>(net::kAlpnHttp11.data()),
+                          static_cast<unsigned>(net::kAlpnHttp11.size()));
   return ctx;
 }
 

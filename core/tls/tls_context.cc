@@ -19,6 +19,7 @@
 #include "core/base/log.hh"
 #include "core/certs/cert_cache.hh"
 #include "core/tls/session_cache.hh"
+#include "core/net/alpn.hh"
 
 namespace kosoku::tls {
 
@@ -219,10 +220,10 @@ int alpn_select(SSL* ssl, const unsigned char** out, unsigned char* outlen, cons
   const config::ServerConf* srv = t != nullptr && t->server() != nullptr ? t->server()
                                   : listen != nullptr                    ? listen->default_server
                                                                          : nullptr;
-  static const std::string kHttp11("\x08http/1.1", 9);
-  static const std::string kH2First("\x02h2\x08http/1.1", 12);
   // `listen ... http2` offers h2 for every server on the address (nginx's older form of `http2 on`).
-  const std::string& protos = listen != nullptr && listen->conf.http2 ? kH2First : srv != nullptr ? srv->alpn : kHttp11;
+  const std::string_view protos = listen != nullptr && listen->conf.http2 ? net::kAlpnH2Http11
+                                  : srv != nullptr                         ? std::string_view(srv->alpn)
+                                                                           : net::kAlpnHttp11;
   unsigned char* sel = nullptr;
   if (SSL_select_next_proto(&sel, outlen, reinterpret_cast<const unsigned char*>(protos.data()),
                             static_cast<unsigned>(protos.size()), in, inlen) != OPENSSL_NPN_NEGOTIATED) {
